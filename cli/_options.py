@@ -1,0 +1,21 @@
+"""Shared Annotated options so every command spells the common flags the same way (DESIGN §3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model: local path, hub id, or zoo:NAME.")]
+DataOpt = Annotated[Optional[str], typer.Option("--data", "-d", help="Text: .txt, .jsonl[:field], 'embedded', or a hub dataset id.")]
+OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Output directory (written atomically).")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="YAML file with config keys.")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config key: key=value (repeatable).")]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Random seed (default: the root --seed, else 0).")]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="auto | cpu | cuda[:N] (default: the root --device).")]
+DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", help="float32 | float16 | bfloat16.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Resolve everything, print the plan, exit 0.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print run.json to stdout.")]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty --out.")]
+ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue a killed run from OUT.partial checkpoints.")]

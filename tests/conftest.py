@@ -1,0 +1,88 @@
+"""Shared fixtures: tiny models built in-process from configs (no downloads), an isolated zoo cache, a CLI runner."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_zoo(tmp_path_factory):
+    """Tests never read or write the user's zoo cache."""
+    path = tmp_path_factory.mktemp("zoo")
+    old = os.environ.get("ICLRKIT_ZOO_DIR")
+    os.environ["ICLRKIT_ZOO_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("ICLRKIT_ZOO_DIR", None)
+    else:
+        os.environ["ICLRKIT_ZOO_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    from toolkit.data.text import embedded_text
+    from toolkit.zoo.lm import train_tokenizer
+
+    return train_tokenizer(embedded_text()[:200_000], vocab_size=300)
+
+
+def _save(model, tokenizer, path: Path) -> Path:
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    """An untrained 2-block GPT-2 (LayerNorm, Conv1D) saved as an HF directory."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tiny_tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=4,
+                        bos_token_id=0, eos_token_id=0)
+    return _save(GPT2LMHeadModel(config).eval(), tiny_tokenizer, tmp_path_factory.mktemp("gpt2") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    """An untrained 2-block Llama (RMSNorm, RoPE, SwiGLU, GQA) saved as an HF directory."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         bos_token_id=0, eos_token_id=0)
+    return _save(LlamaForCausalLM(config).eval(), tiny_tokenizer, tmp_path_factory.mktemp("llama") / "model")
+
+
+@pytest.fixture()
+def cli():
+    """Invoke the iclrkit CLI in-process: cli(["eval", "ppl", ...]) -> Result (exit_code, stdout, stderr)."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    runner = CliRunner()
+
+    def invoke(args: list[str], **kwargs):
+        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False, **kwargs)
+
+    return invoke
+
+
+@pytest.fixture()
+def text_file(tmp_path) -> Path:
+    from toolkit.data.text import embedded_text
+
+    path = tmp_path / "text.txt"
+    path.write_text(embedded_text()[:40_000])
+    return path

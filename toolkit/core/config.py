@@ -1,0 +1,82 @@
+"""Typed configs. Precedence: defaults < --config YAML < --set key=value < flags the user typed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from toolkit.core.errors import BadInputError
+
+C = TypeVar("C", bound="BaseConfig")
+
+
+class BaseConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise BadInputError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise BadInputError(f"malformed YAML in {path}{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BadInputError(f"config {path} must be a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def parse_set(items: list[str] | None) -> dict[str, Any]:
+    """`--set a.b=3` -> {"a": {"b": 3}}; values are parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise BadInputError(f"--set expects key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(raw) if raw != "" else ""
+    return out
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def resolve_config(
+    cls: type[C],
+    config_file: str | Path | None = None,
+    sets: list[str] | None = None,
+    flags: dict[str, Any] | None = None,
+) -> C:
+    """Build `cls` from the layers; `flags` holds only values the user typed (None means not typed)."""
+    layers: dict[str, Any] = {}
+    if config_file:
+        layers = deep_merge(layers, load_yaml(config_file))
+    layers = deep_merge(layers, parse_set(sets))
+    layers = deep_merge(layers, {k: v for k, v in (flags or {}).items() if v is not None})
+    try:
+        return cls(**layers)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "config"
+        if first["type"] == "extra_forbidden":
+            known = ", ".join(sorted(cls.model_fields))
+            raise BadInputError(f"unknown config key '{loc}'", f"known keys: {known}") from None
+        raise BadInputError(f"invalid config value for '{loc}': {first['msg']}") from None

@@ -1,0 +1,182 @@
+"""Run context: device, dtype, seed, atomic output directory, logging and progress (all on stderr)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from toolkit.core.errors import BadInputError, ResourceError
+
+log = logging.getLogger("iclrkit")
+CHECKPOINTS = "checkpoints"
+
+
+def setup_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity < 0 else logging.INFO if verbosity < 2 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname).1s %(message)s"))
+    root = logging.getLogger("iclrkit")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def resolve_device(requested: str | None) -> str:
+    """`auto` picks CUDA when present and says so; an explicit device that is not there fails fast (exit 3)."""
+    import torch
+
+    requested = (requested or "auto").lower()
+    if requested == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        log.info("device auto -> %s", device)
+        return device
+    if requested == "cpu":
+        return "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ResourceError(f"--device {requested} asked for, but this torch sees no CUDA device",
+                                "use --device cpu or --device auto")
+        index = int(requested.split(":", 1)[1]) if ":" in requested else 0
+        if index >= torch.cuda.device_count():
+            raise ResourceError(f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) present")
+        return requested
+    if requested == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ResourceError("--device mps asked for, but MPS is not available")
+        return "mps"
+    raise BadInputError(f"unknown device '{requested}'", "use auto, cpu, cuda or cuda:N")
+
+
+def resolve_dtype(name: str | None):
+    import torch
+
+    table = {None: torch.float32, "auto": torch.float32, "float32": torch.float32, "fp32": torch.float32,
+             "float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if name not in table:
+        raise BadInputError(f"unknown dtype '{name}'", "use float32, float16 or bfloat16")
+    return table[name]
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = ()) -> None:
+    """Refuse a non-empty --out without --overwrite, and any --out inside (or equal to) an input directory."""
+    out = out.resolve()
+    for item in inputs:
+        path = Path(item)
+        if not path.exists():
+            continue
+        src = path.resolve()
+        src_dir = src if src.is_dir() else src.parent
+        if out == src_dir or src_dir in out.parents:
+            raise BadInputError(f"--out {out} is inside the input {src}; outputs never go into an input's directory")
+        if src == out or out in src.parents:
+            raise BadInputError(f"--out {out} contains the input {src}; choose another directory")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise BadInputError(f"--out {out} exists and is not empty", "pass --overwrite or choose another directory")
+
+
+def partial_dir_for(out: Path) -> Path:
+    out = Path(out).resolve()
+    return out.parent / (out.name + ".partial")
+
+
+@contextlib.contextmanager
+def atomic_dir(out: Path, overwrite: bool = False, resume: bool = False) -> Iterator[Path]:
+    """Build in `OUT.partial`, rename onto OUT only when the block succeeds.
+
+    Without --resume a stale `OUT.partial` is wiped first; with --resume it is reused. A failed run keeps it only
+    when it holds checkpoints (so --resume can continue); nothing half-written ever appears at OUT.
+    """
+    out = Path(out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = partial_dir_for(out)
+    if partial.exists() and not resume:
+        shutil.rmtree(partial)
+    partial.mkdir(exist_ok=True)
+    try:
+        yield partial
+    except BaseException:
+        if (partial / CHECKPOINTS).is_dir():
+            log.warning("partial results kept in %s; rerun the same command with --resume to continue", partial)
+        else:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
+    shutil.rmtree(partial / CHECKPOINTS, ignore_errors=True)
+    if out.exists():
+        if not overwrite:
+            raise BadInputError(f"--out {out} appeared while running; results stay in {partial}")
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    os.replace(partial, out)
+
+
+@dataclass
+class RunContext:
+    """What a technique's run() receives: it never picks devices, seeds or writes files outside `out`."""
+
+    device: str = "cpu"
+    dtype: str | None = None
+    seed: int = 0
+    out: Path | None = None
+    dry_run: bool = False
+    quiet: bool = False
+    resume: bool = False
+    metrics: dict = field(default_factory=dict)
+    baselines: dict = field(default_factory=dict)
+    artifacts: list = field(default_factory=list)
+    inputs: dict = field(default_factory=dict)
+
+    @property
+    def torch_dtype(self):
+        return resolve_dtype(self.dtype)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        target = self.path(CHECKPOINTS, record=False)
+        target.mkdir(exist_ok=True)
+        return target
+
+    def path(self, name: str, record: bool = True) -> Path:
+        if self.out is None:
+            raise BadInputError("this command needs --out DIR to write its outputs")
+        target = self.out / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if record and name not in self.artifacts:
+            self.artifacts.append(name)
+        return target
+
+    def progress(self, iterable, total: int | None = None, description: str = ""):
+        """Rich progress on stderr, silent with -q."""
+        if self.quiet:
+            yield from iterable
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task(description, total=total if total is not None else _len_or_none(iterable))
+            for item in iterable:
+                yield item
+                bar.advance(task)
+
+
+def _len_or_none(iterable) -> int | None:
+    try:
+        return len(iterable)
+    except TypeError:
+        return None

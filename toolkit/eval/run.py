@@ -1,0 +1,37 @@
+"""run() for `iclrkit eval ppl`."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from toolkit.core.config import BaseConfig
+
+
+class PerplexityConfig(BaseConfig):
+    """Perplexity of a causal LM on a text source (strided windows, the Hugging Face protocol)."""
+
+    model: str
+    data: Optional[str] = None
+    max_length: int = 512
+    stride: Optional[int] = None
+    max_windows: Optional[int] = None
+    split: Optional[Literal["train", "test"]] = None  # the zoo's 95/5 paragraph split (seed 0)
+
+
+def run_perplexity(config: PerplexityConfig, ctx) -> dict:
+    from toolkit.data.text import load_text, split_text, tokenize
+    from toolkit.eval.perplexity import perplexity
+    from toolkit.models.source import load_model
+
+    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
+    text = load_text(config.data)
+    if config.split:
+        text = split_text(text, test_fraction=0.05, seed=0)[config.split == "test"]
+    ids = tokenize(tokenizer, text)
+    max_length = min(config.max_length, getattr(model.config, "max_position_embeddings", None)
+                     or getattr(model.config, "n_positions", config.max_length))
+    result = perplexity(model, ids, max_length=max_length, stride=config.stride, device=ctx.device,
+                        max_windows=config.max_windows, progress=ctx.progress)
+    ctx.inputs["model"] = config.model
+    ctx.metrics.update(result)
+    return result

@@ -1,0 +1,53 @@
+"""Layer-input Hessians H = 2/n Σ x xᵀ (the OBS/GPTQ proxy) and damped Cholesky with escalating damping."""
+
+from __future__ import annotations
+
+import torch
+
+from toolkit.core.errors import RunError
+
+
+class HessianAccumulator:
+    """Running H over all tokens seen; the mean is exact however the tokens arrive in batches."""
+
+    def __init__(self, columns: int, device: str = "cpu", dtype=torch.float64):
+        self.H = torch.zeros(columns, columns, device=device, dtype=dtype)
+        self.count = 0
+
+    def add(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, x.shape[-1]).to(self.H.dtype)
+        n = x.shape[0]
+        self.H.mul_(self.count / (self.count + n))
+        self.count += n
+        self.H.addmm_(x.t(), x, alpha=2.0 / self.count)
+
+    def hook(self):
+        """A forward hook for a Linear (input is args[0])."""
+        def record(module, args, output):
+            self.add(args[0].detach())
+        return record
+
+
+def damped_cholesky(H: torch.Tensor, percdamp: float = 0.01, max_tries: int = 6) -> tuple[torch.Tensor, float]:
+    """Lower Cholesky factor of H + λI with λ = percdamp·mean(diag H), multiplied by 10 until it succeeds.
+    Dead inputs (zero diagonal) get a unit diagonal first, as GPTQ does. Returns (L, λ)."""
+    if not torch.isfinite(H).all():
+        raise RunError("Hessian has NaN/Inf entries", "check the calibration data and the model for overflow")
+    H = H.clone()
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1.0
+    mean_diag = torch.diag(H).mean().item()
+    damp = percdamp * mean_diag
+    eye = torch.eye(H.shape[0], dtype=H.dtype, device=H.device)
+    for _ in range(max_tries):
+        L, info = torch.linalg.cholesky_ex(H + damp * eye)
+        if info.item() == 0:
+            return L, damp
+        damp = damp * 10 if damp > 0 else 1e-8 * max(mean_diag, 1.0)
+    raise RunError(f"Hessian is not positive definite even with damping {damp:.3g}",
+                   "raise percdamp or use more calibration samples")
+
+
+def damped_inverse(H: torch.Tensor, percdamp: float = 0.01) -> torch.Tensor:
+    L, _ = damped_cholesky(H, percdamp)
+    return torch.cholesky_inverse(L)

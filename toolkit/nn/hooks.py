@@ -1,0 +1,75 @@
+"""Hook context managers over module paths; hooks are always removed, even when the body raises."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import Callable, Iterator
+
+import torch.nn as nn
+
+from toolkit.core.errors import BadInputError
+
+
+def module_at(model: nn.Module, path: str) -> nn.Module:
+    try:
+        return model.get_submodule(path) if path else model
+    except AttributeError:
+        raise BadInputError(f"model has no module '{path}'") from None
+
+
+def _first_tensor(value):
+    return value[0] if isinstance(value, (tuple, list)) else value
+
+
+@contextlib.contextmanager
+def capture(model: nn.Module, paths: list[str], what: str = "output", detach: bool = True,
+            to_cpu: bool = False) -> Iterator[dict[str, list]]:
+    """Record each module's input (first positional arg) or output tensor on every forward, keyed by path."""
+    if what not in ("input", "output"):
+        raise ValueError(what)
+    records: dict[str, list] = defaultdict(list)
+    handles = []
+
+    def make(path: str):
+        def hook(module, args, output):
+            value = _first_tensor(args if what == "input" else output)
+            value = value.detach() if detach else value
+            records[path].append(value.cpu() if to_cpu else value)
+        return hook
+
+    try:
+        for path in paths:
+            handles.append(module_at(model, path).register_forward_hook(make(path)))
+        yield records
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextlib.contextmanager
+def edit_output(model: nn.Module, path: str, fn: Callable) -> Iterator[None]:
+    """Replace a module's output by fn(output) (the first element when the module returns a tuple)."""
+    def hook(module, args, output):
+        if isinstance(output, tuple):
+            return (fn(output[0]),) + tuple(output[1:])
+        return fn(output)
+
+    handle = module_at(model, path).register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@contextlib.contextmanager
+def edit_input(model: nn.Module, path: str, fn: Callable) -> Iterator[None]:
+    """Replace a module's first positional input by fn(input)."""
+    def hook(module, args):
+        return (fn(args[0]),) + tuple(args[1:])
+
+    handle = module_at(model, path).register_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()

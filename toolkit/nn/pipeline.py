@@ -1,0 +1,169 @@
+"""Sequential layer-by-layer pipeline: capture the first block's inputs, then per block
+calibrate (hooks) -> apply (callback) -> propagate through the modified block. Activations live on CPU between
+blocks, one block at a time on the device, and each finished block is checkpointed so `--resume` continues.
+
+OBR, GPTQ, SparseGPT, Wanda and MEMIT/EAMET all run on this.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from toolkit.core.errors import BadInputError
+from toolkit.models.adapters import ArchAdapter, adapter_for, get_layers
+
+log = logging.getLogger("iclrkit")
+
+
+class _StopForward(Exception):
+    pass
+
+
+@dataclass
+class BlockStep:
+    """One block's turn: `inputs` are its per-window hidden states (CPU); `run()` replays them on the device."""
+
+    index: int
+    block: nn.Module
+    inputs: list[torch.Tensor]
+    args: tuple
+    kwargs: dict
+    device: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def run(self) -> list[torch.Tensor]:
+        """Forward every window through the block (hooks the callback registered see each one); outputs on CPU."""
+        outputs = []
+        with torch.no_grad():
+            for hidden in self.inputs:
+                out = self.block(hidden.to(self.device), *self.args, **self.kwargs)
+                outputs.append((out[0] if isinstance(out, tuple) else out).cpu())
+        return outputs
+
+
+def _to(value, device):
+    if torch.is_tensor(value):
+        return value.to(device)
+    if isinstance(value, tuple):
+        return tuple(_to(v, device) for v in value)
+    if isinstance(value, list):
+        return [_to(v, device) for v in value]
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    return value
+
+
+def capture_block_inputs(model: nn.Module, windows: torch.Tensor, device: str,
+                         adapter: ArchAdapter | None = None) -> tuple[list[torch.Tensor], tuple, dict]:
+    """Hidden states entering block 0 for each window (CPU), plus the extra args/kwargs the model passes blocks
+    (masks, position embeddings), captured once: windows share a length, so those are the same for all."""
+    layers = get_layers(model, adapter)
+    inputs: list[torch.Tensor] = []
+    captured: dict[str, Any] = {}
+
+    def catcher(module, args, kwargs):
+        inputs.append(args[0].detach().cpu())
+        if not captured:
+            captured["args"] = tuple(None if _is_cache(a) else a for a in args[1:])
+            captured["kwargs"] = {k: (None if _is_cache(v) else v) for k, v in kwargs.items()}
+        raise _StopForward
+
+    layers_device = {id(l): next(l.parameters()).device for l in layers}
+    for module in _non_block_modules(model, layers):
+        module.to(device)
+    handle = layers[0].register_forward_pre_hook(catcher, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            for window in windows:
+                try:
+                    model(window.unsqueeze(0).to(device), use_cache=False)
+                except _StopForward:
+                    pass
+    finally:
+        handle.remove()
+    for layer in layers:
+        layer.to(layers_device[id(layer)])
+    if not inputs:
+        raise BadInputError("no calibration windows to run")
+    kwargs = dict(captured["kwargs"])
+    kwargs["use_cache"] = False
+    return inputs, captured["args"], kwargs
+
+
+def _is_cache(value) -> bool:
+    return type(value).__name__.endswith("Cache")
+
+
+def _non_block_modules(model: nn.Module, layers: nn.ModuleList) -> list[nn.Module]:
+    """Leaf-level modules outside the block list (embeddings, rotary, final norm, head)."""
+    block_ids = {id(m) for m in layers.modules()}
+    return [m for m in model.modules() if id(m) not in block_ids and not list(m.children())]
+
+
+def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[BlockStep], None], *,
+                   device: str = "cpu", checkpoint_dir: Path | None = None, resume: bool = False,
+                   fingerprint: str = "", progress: Callable | None = None) -> None:
+    """Call `on_block(step)` for each block in order; `on_block` registers hooks, calls `step.run()` to calibrate,
+    and changes the block's weights. The pipeline then propagates the windows through the changed block.
+
+    With `checkpoint_dir`, block i's weights and the next block's inputs are saved after it is done; with
+    `resume=True` finished blocks are restored instead of recomputed (the fingerprint must match).
+    """
+    adapter = adapter_for(model)
+    layers = get_layers(model, adapter)
+    state = _load_progress(checkpoint_dir, fingerprint) if (resume and checkpoint_dir) else None
+    inputs, args, kwargs = capture_block_inputs(model, windows, device, adapter)
+    start = 0
+    if state is not None:
+        start = state["done"] + 1
+        for index in range(start):
+            layers[index].load_state_dict(_load_tensors(checkpoint_dir / f"block_{index}.safetensors"))
+        inputs = list(_load_tensors(checkpoint_dir / "inputs.safetensors").values())
+        log.info("resuming after block %d of %d", start - 1, len(layers))
+    args, kwargs = _to(args, device), _to(kwargs, device)
+    indices = range(start, len(layers))
+    for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
+        block = layers[index]
+        original_device = next(block.parameters()).device
+        block.to(device)
+        step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device)
+        on_block(step)
+        inputs = step.run()
+        block.to(original_device)
+        if checkpoint_dir is not None:
+            _save_progress(checkpoint_dir, index, block, inputs, fingerprint)
+
+
+def _save_progress(directory: Path, index: int, block: nn.Module, inputs: list[torch.Tensor], fingerprint: str):
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in block.state_dict().items()},
+              str(directory / f"block_{index}.safetensors"))
+    save_file({f"{i:06d}": x.contiguous() for i, x in enumerate(inputs)}, str(directory / "inputs.tmp"))
+    (directory / "inputs.tmp").replace(directory / "inputs.safetensors")
+    (directory / "progress.json").write_text(json.dumps({"done": index, "fingerprint": fingerprint}))
+
+
+def _load_progress(directory: Path, fingerprint: str) -> dict | None:
+    path = directory / "progress.json"
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    if state.get("fingerprint") != fingerprint:
+        raise BadInputError(f"checkpoints in {directory} belong to another run (model/config differ)",
+                            "drop --resume to start afresh")
+    return state
+
+
+def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))

