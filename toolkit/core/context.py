@@ -19,13 +19,16 @@ CHECKPOINTS = "checkpoints"
 
 
 def setup_logging(verbosity: int) -> None:
-    level = logging.WARNING if verbosity < 0 else logging.INFO if verbosity < 2 else logging.DEBUG
+    level = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname).1s %(message)s"))
     root = logging.getLogger("iclrkit")
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error" if verbosity < 2 else "info")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def resolve_device(requested: str | None) -> str:
