@@ -100,6 +100,11 @@ def execute(
         fail(exc)
 
 
+def _path_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """Model and data flags are inputs: recorded with hashes in run.json and protected from --out."""
+    return {key: flags[key] for key in ("model", "data") if isinstance(flags.get(key), (str, Path))}
+
+
 def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out) -> None:
     from toolkit.core.config import resolve_config
     from toolkit.core.context import RunContext, atomic_dir, check_out_dir, resolve_device, seed_everything
@@ -111,7 +116,8 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out)
     device = resolve_device(common.device or ROOT_STATE["device"])
     ctx = RunContext(device=device, dtype=common.dtype, seed=seed, dry_run=common.dry_run,
                      quiet=ROOT_STATE["verbosity"] < 0, resume=common.resume,
-                     inputs={k: v for k, v in {**inputs, **common.extra_inputs}.items() if v is not None})
+                     inputs={k: v for k, v in {**_path_flags(flags), **inputs, **common.extra_inputs}.items()
+                             if v is not None})
     ctx.torch_dtype  # validates --dtype before any work
     command = "iclrkit " + " ".join(sys.argv[1:])
     if common.dry_run:

@@ -84,8 +84,7 @@ def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = ())
         if not path.exists():
             continue
         src = path.resolve()
-        src_dir = src if src.is_dir() else src.parent
-        if out == src_dir or src_dir in out.parents:
+        if src.is_dir() and (out == src or src in out.parents):
             raise BadInputError(f"--out {out} is inside the input {src}; outputs never go into an input's directory")
         if src == out or out in src.parents:
             raise BadInputError(f"--out {out} contains the input {src}; choose another directory")

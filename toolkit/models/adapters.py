@@ -84,7 +84,7 @@ GPT_NEOX = ArchAdapter(
     attn_qkv_fused="attention.query_key_value", attn_out="attention.dense", mlp_gate=None,
     mlp_up="mlp.dense_h_to_4h", mlp_down="mlp.dense_4h_to_h", norm_attn="input_layernorm",
     norm_mlp="post_attention_layernorm", final_norm=("gpt_neox.final_layer_norm",),
-    embed_tokens=("gpt_neox.embed_in",), lm_head="embed_out",
+    embed_tokens=("gpt_neox.embed_in",),
 )
 BERT = ArchAdapter(
     model_types=("bert",), layers=("bert.encoder.layer", "encoder.layer"), attn_q="attention.self.query",
@@ -131,6 +131,12 @@ def get_layers(model: nn.Module, adapter: ArchAdapter | None = None) -> nn.Modul
     if layers is None:
         raise BadInputError(f"model has none of the block lists {adapter.layers}")
     return layers
+
+
+def get_lm_head(model: nn.Module, adapter: ArchAdapter | None = None) -> nn.Module | None:
+    """The output head (older GPT-NeoX releases call it embed_out)."""
+    adapter = adapter or adapter_for(model)
+    return first_module(model, (adapter.lm_head, "embed_out")) if adapter.lm_head else None
 
 
 def linear_weight(module: nn.Module, conv1d: bool):

@@ -82,5 +82,5 @@ def train_causal_lm(model, tokenizer, text: str, spec: TrainSpec, seed: int = 0,
             log.warning("step %d/%d train loss %.3f val loss %.3f (%.0fs)", step + 1, spec.steps, loss.item(), val,
                         time.perf_counter() - started)
     model.eval()
-    return {"train_loss": float(loss), "val_loss": mean_loss(model, val_ids, spec.seqlen),
+    return {"train_loss": float(loss.detach()) if torch.is_tensor(loss) else loss, "val_loss": mean_loss(model, val_ids, spec.seqlen),
             "train_tokens": spec.steps * spec.batch * spec.seqlen, "seconds": time.perf_counter() - started}
