@@ -25,6 +25,9 @@ FAMILIES = (
 )
 
 
+BROKEN_FAMILIES: dict[str, str] = {}
+
+
 def _version(value: bool) -> None:
     if value:
         from toolkit import __version__
@@ -61,8 +64,14 @@ def _register_families() -> None:
     app.add_typer(zoo_cli.app, name="zoo")
     app.add_typer(eval_cli.app, name="eval")
     for module, name in FAMILIES:
-        if importlib.util.find_spec(f"cli.{module}") is not None:
-            app.add_typer(importlib.import_module(f"cli.{module}").app, name=name)
+        if importlib.util.find_spec(f"cli.{module}") is None:
+            continue
+        try:
+            family = importlib.import_module(f"cli.{module}")
+        except Exception as exc:  # noqa: BLE001 - a broken family must not take the whole CLI down
+            BROKEN_FAMILIES[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        app.add_typer(family.app, name=name)
 
 
 _register_families()

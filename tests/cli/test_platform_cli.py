@@ -104,3 +104,9 @@ def test_console_script_runs(tmp_path):
         pytest.skip("console script not installed")
     result = subprocess.run([exe, "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("iclrkit")
+
+
+def test_every_present_command_family_imports():
+    from cli.main import BROKEN_FAMILIES
+
+    assert BROKEN_FAMILIES == {}

@@ -1,0 +1,48 @@
+import pytest
+
+from toolkit.core.errors import BadInputError, ResourceError
+from toolkit.llm import load_llm
+from toolkit.llm.hf import HFBackend
+from toolkit.llm.server import LoopbackServer
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_llama_dir):
+    return HFBackend(str(tiny_llama_dir))
+
+
+def test_hf_score_equals_sum_of_generated_token_logprobs(hf):
+    completion = hf.generate(["def main"], max_new_tokens=5)[0]
+    scored = hf.score(["def main"], [completion.text])[0]
+    assert len(completion.token_logprobs) == 5
+    if scored.tokens == completion.tokens:  # retokenisation can merge tokens across the boundary
+        assert scored.logprob == pytest.approx(sum(completion.token_logprobs), abs=1e-4)
+    assert scored.logprob < 0 and scored.mean_logprob == pytest.approx(scored.logprob / len(scored.tokens))
+
+
+def test_openai_backend_round_trips_through_loopback(hf, tmp_path):
+    with LoopbackServer(reply=lambda prompt: f"echo:{prompt[-3:]}") as url:
+        llm = load_llm(f"openai:loopback@{url}", cache_dir=str(tmp_path / "cache"))
+        assert llm.generate(["abcdef"])[0].text == "echo:def"
+        assert llm.generate(["hello"], chat=True)[0].text == "echo:llo"
+        assert len(list((tmp_path / "cache").glob("*.json"))) == 2
+        with pytest.raises(ResourceError, match="no prompt log-probs"):
+            llm.score(["a"], ["b"])
+
+
+def test_openai_scoring_matches_local_scores(hf):
+    server = LoopbackServer(backend=hf)
+    with server as url:
+        remote = load_llm(f"openai:tiny@{url}")
+        ours = remote.score(["The answer is"], [" yes"])[0]
+    local = hf.score(["The answer is"], [" yes"])[0]
+    assert ours.logprob == pytest.approx(local.logprob, abs=1e-4)
+
+
+def test_bad_specs_and_unreachable_server():
+    with pytest.raises(BadInputError):
+        load_llm("openai:model-without-url")
+    llm = load_llm("openai:m@http://127.0.0.1:9/v1", timeout=1.0)
+    llm.retries = 0
+    with pytest.raises(ResourceError, match="failed after 1 tries"):
+        llm.generate(["x"])

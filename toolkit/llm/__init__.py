@@ -1,0 +1,5 @@
+"""LLM backends behind one interface: local Hugging Face models and any OpenAI-compatible server."""
+
+from toolkit.llm.base import LLM, Completion, ScoredText, load_llm
+
+__all__ = ["LLM", "Completion", "ScoredText", "load_llm"]

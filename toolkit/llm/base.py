@@ -1,0 +1,82 @@
+"""The interface every LLM-in-the-loop technique uses (DeepRAG, MHLP, TokUR, the benchmarks).
+
+- `generate(prompts, ...)` -> completions (text, and token log-probs when the backend has them)
+- `score(prompts, continuations)` -> log-probabilities of *given* continuation text after each prompt
+- `logits(...)` only where the backend holds the model (local HF)
+A backend lists what it can do in `capabilities`; `require()` turns a missing one into a clear error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from toolkit.core.errors import BadInputError, ResourceError
+
+
+@dataclass
+class Completion:
+    text: str
+    token_logprobs: list[float] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
+    finish_reason: str = "stop"
+
+
+@dataclass
+class ScoredText:
+    """Log-probabilities of a continuation's tokens given its prompt."""
+
+    logprob: float
+    token_logprobs: list[float]
+    tokens: list[str]
+
+    @property
+    def mean_logprob(self) -> float:
+        return self.logprob / max(len(self.token_logprobs), 1)
+
+
+class LLM:
+    name: str = "llm"
+    capabilities: frozenset[str] = frozenset()
+
+    def require(self, capability: str, purpose: str) -> None:
+        if capability not in self.capabilities:
+            raise ResourceError(f"backend '{self.name}' cannot {capability.replace('_', ' ')}, which {purpose} needs",
+                                "use a local model or a server that returns log-probs of supplied text (vLLM)")
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = 64, temperature: float = 0.0,
+                 stop: Sequence[str] | None = None, seed: int = 0, chat: bool = False) -> list[Completion]:
+        raise ResourceError(f"backend '{self.name}' cannot generate")
+
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> list[ScoredText]:
+        self.require("score", "scoring supplied text")
+        return []
+
+    def close(self) -> None:
+        """Release resources; backends without any keep this."""
+
+
+def truncate_at_stop(text: str, stop: Sequence[str] | None) -> str:
+    cut = len(text)
+    for marker in stop or ():
+        position = text.find(marker)
+        if position != -1:
+            cut = min(cut, position)
+    return text[:cut]
+
+
+def load_llm(spec: str, device: str = "cpu", dtype=None, cache_dir: str | None = None, timeout: float = 60.0) -> LLM:
+    """`openai:MODEL@http://host:port/v1` (any OpenAI-compatible server; key from OPENAI_API_KEY) or a model spec
+    for a local Hugging Face model (path, hub id, zoo:NAME)."""
+    if not spec:
+        raise BadInputError("empty LLM spec")
+    if spec.startswith("openai:"):
+        from toolkit.llm.openai_backend import OpenAIBackend
+
+        model, _, base_url = spec[len("openai:"):].partition("@")
+        if not model or not base_url:
+            raise BadInputError(f"bad LLM spec '{spec}'", "use openai:MODEL@http://host:port/v1")
+        return OpenAIBackend(model=model, base_url=base_url, cache_dir=cache_dir, timeout=timeout)
+    from toolkit.llm.hf import HFBackend
+
+    return HFBackend(spec, device=device, dtype=dtype)

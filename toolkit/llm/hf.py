@@ -1,0 +1,92 @@
+"""Local Hugging Face causal LM backend: batched greedy/sampled generation, teacher-forced scoring, logits."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from toolkit.llm.base import LLM, Completion, ScoredText, truncate_at_stop
+
+
+class HFBackend(LLM):
+    capabilities = frozenset({"generate", "score", "logits", "token_logprobs"})
+
+    def __init__(self, spec: str, device: str = "cpu", dtype=None, model=None, tokenizer=None, batch_size: int = 8):
+        if model is None:
+            from toolkit.models.source import load_model
+
+            model, tokenizer = load_model(spec, device, dtype)
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.name, self.batch_size = spec, batch_size
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+
+    def format(self, prompt: str, chat: bool) -> str:
+        if chat and getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                      add_generation_prompt=True)
+        return prompt
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = 64, temperature: float = 0.0,
+                 stop: Sequence[str] | None = None, seed: int = 0, chat: bool = False) -> list[Completion]:
+        torch.manual_seed(seed)
+        results: list[Completion] = []
+        self.tokenizer.padding_side = "left"
+        for start in range(0, len(prompts), self.batch_size):
+            batch = [self.format(p, chat) for p in prompts[start:start + self.batch_size]]
+            encoded = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False)
+            encoded = {k: v.to(self.device) for k, v in encoded.items()}
+            sample = temperature > 0
+            output = self.model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=sample,
+                                         temperature=temperature if sample else None, top_p=None, top_k=None,
+                                         pad_token_id=self.tokenizer.pad_token_id, output_scores=True,
+                                         return_dict_in_generate=True)
+            new_tokens = output.sequences[:, encoded["input_ids"].shape[1]:]
+            logprobs = torch.stack(output.scores, 1).float().log_softmax(-1)
+            chosen = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+            for row in range(new_tokens.shape[0]):
+                results.append(self._completion(new_tokens[row], chosen[row], stop))
+        return results
+
+    def _completion(self, tokens: torch.Tensor, logprobs: torch.Tensor, stop) -> Completion:
+        keep = []
+        eos = self.tokenizer.eos_token_id
+        for token in tokens.tolist():
+            if token == eos or token == self.tokenizer.pad_token_id:
+                break
+            keep.append(token)
+        text = self.tokenizer.decode(keep, skip_special_tokens=True)
+        cut = truncate_at_stop(text, stop)
+        return Completion(text=cut, token_logprobs=logprobs[:len(keep)].tolist(),
+                          tokens=[self.tokenizer.decode([t]) for t in keep],
+                          finish_reason="stop" if len(keep) < len(tokens) or cut != text else "length")
+
+    @torch.no_grad()
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> list[ScoredText]:
+        return [self._score_one(p, c) for p, c in zip(prompts, continuations, strict=True)]
+
+    def _score_one(self, prompt: str, continuation: str) -> ScoredText:
+        prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        full_ids = self.tokenizer(prompt + continuation, add_special_tokens=False)["input_ids"]
+        boundary = _common_prefix(prompt_ids, full_ids)
+        ids = torch.tensor([full_ids], device=self.device)
+        logprobs = self.model(ids).logits.float().log_softmax(-1)[0]
+        targets = ids[0, max(boundary, 1):]
+        picked = logprobs[max(boundary, 1) - 1:-1].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return ScoredText(logprob=float(picked.sum()), token_logprobs=picked.tolist(),
+                          tokens=[self.tokenizer.decode([t]) for t in targets.tolist()])
+
+    @torch.no_grad()
+    def logits(self, text: str) -> torch.Tensor:
+        ids = self.tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(self.device)
+        return self.model(ids).logits[0].float()
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Token position where the continuation starts (merges across the boundary count to the continuation)."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n

@@ -1,0 +1,120 @@
+"""A tiny loopback OpenAI-compatible server for tests and offline demos: /v1/models, /v1/completions (with
+logprobs and echo) and /v1/chat/completions, answering from a script or from a local HF backend.
+
+It binds 127.0.0.1 only and serves until `stop()`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+Reply = Callable[[str], str]
+
+
+class LoopbackServer:
+    """`with LoopbackServer(reply=fn) as url:` or `LoopbackServer(backend=HFBackend(...))`.
+
+    A scripted `reply(prompt) -> text` serves generation; scoring needs a backend (it reports real log-probs)."""
+
+    def __init__(self, reply: Reply | None = None, backend=None, model_name: str = "loopback"):
+        if reply is None and backend is None:
+            raise ValueError("give a scripted reply function or a backend")
+        self.reply, self.backend, self.model_name = reply, backend, model_name
+        self.requests: list[dict] = []
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self) -> str:
+        self._thread.start()
+        return self.url
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _complete(self, body: dict) -> dict:
+        prompt = body["prompt"] if isinstance(body["prompt"], str) else body["prompt"][0]
+        if body.get("echo") and body.get("max_tokens", 16) == 0:
+            return self._echo(prompt)
+        if self.reply is not None:
+            text = self.reply(prompt)
+            logprobs = {"tokens": [text], "token_logprobs": [0.0], "text_offset": [len(prompt)]}
+        else:
+            completion = self.backend.generate([prompt], max_new_tokens=body.get("max_tokens", 16),
+                                               temperature=body.get("temperature") or 0.0,
+                                               stop=body.get("stop"), seed=body.get("seed") or 0)[0]
+            text = completion.text
+            logprobs = {"tokens": completion.tokens, "token_logprobs": completion.token_logprobs,
+                        "text_offset": [len(prompt)] * len(completion.tokens)}
+        return {"id": "cmpl-loopback", "object": "text_completion", "model": self.model_name,
+                "choices": [{"index": 0, "text": text, "finish_reason": "stop",
+                             "logprobs": logprobs if body.get("logprobs") is not None else None}]}
+
+    def _echo(self, text: str) -> dict:
+        if self.backend is None:
+            logprobs = None
+        else:
+            tokenizer = self.backend.tokenizer
+            encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            scored = self.backend.score([""], [text])[0]
+            offsets = [start for start, _ in encoded["offset_mapping"]]
+            logprobs = {"tokens": [tokenizer.decode([t]) for t in encoded["input_ids"]],
+                        "token_logprobs": [None] + scored.token_logprobs, "text_offset": offsets}
+        return {"id": "cmpl-loopback", "object": "text_completion", "model": self.model_name,
+                "choices": [{"index": 0, "text": text, "finish_reason": "length", "logprobs": logprobs}]}
+
+    def _chat(self, body: dict) -> dict:
+        prompt = body["messages"][-1]["content"]
+        if isinstance(prompt, list):  # vision-style content parts: keep the text parts
+            prompt = "\n".join(part.get("text", "") for part in prompt if part.get("type") == "text")
+        if self.reply is not None:
+            text = self.reply(prompt)
+        else:
+            text = self.backend.generate([prompt], max_new_tokens=body.get("max_tokens") or 64, chat=True,
+                                         stop=body.get("stop"))[0].text
+        return {"id": "chat-loopback", "object": "chat.completion", "model": self.model_name,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}]}
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _send(self, code: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/").endswith("/models"):
+                    self._send(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
+                else:
+                    self._send(404, {"error": {"message": "not found"}})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                server.requests.append({"path": self.path, **body})
+                if self.path.endswith("/chat/completions"):
+                    self._send(200, server._chat(body))
+                elif self.path.endswith("/completions"):
+                    self._send(200, server._complete(body))
+                else:
+                    self._send(404, {"error": {"message": "not found"}})
+
+        return Handler
