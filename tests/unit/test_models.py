@@ -75,3 +75,14 @@ def test_missing_sources_fail_with_the_right_code(tmp_path, monkeypatch):
     empty.mkdir()
     with pytest.raises(BadInputError, match="no config.json"):
         resolve_model_path(str(empty))
+
+
+def test_zoo_variants_never_shadow_the_default(tmp_path):
+    from toolkit.zoo.registry import variant_key
+
+    data = tmp_path / "d.txt"
+    data.write_text("some text")
+    assert variant_key(None) == "" and variant_key("embedded") == ""
+    assert variant_key(None, steps=100) == "embedded-s100"
+    assert len(variant_key(str(data))) == 8
+    assert variant_key(str(data), layers=2).endswith("-l2") and variant_key(str(data), layers=2) != variant_key(str(data))

