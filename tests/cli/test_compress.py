@@ -1,0 +1,114 @@
+"""`iclrkit compress ...` end to end on tiny models: outputs, reloads, --dry-run, --resume and bad input."""
+
+import json
+
+import pytest
+import torch
+
+SMALL = ["--nsamples", "4", "--seqlen", "32", "--set", "eval_windows=2", "--set", "eval_max_length=32"]
+
+
+def test_obr_end_to_end_on_tiny_llama(cli, tiny_llama_dir, text_file, tmp_path):
+    out = tmp_path / "obr"
+    r = cli(["compress", "obr", "--model", tiny_llama_dir, "--data", text_file, "--eval-data", text_file,
+             *SMALL, "--out", out, "--json"])
+    assert r.exit_code == 0, r.stderr
+    record = json.loads(r.stdout)
+    metrics = record["metrics"]
+    assert metrics["rotated"] is True and metrics["ppl"] > 1 and 0.45 < metrics["sparsity"] < 0.6
+    assert record["config"]["alpha"] == 0.5 and record["config"]["a_bits"] == 4
+    from transformers import AutoModelForCausalLM
+
+    from toolkit.compress.packed import load_packed
+
+    dense = AutoModelForCausalLM.from_pretrained(out / "model").eval()
+    packed, _ = load_packed(out / "packed")
+    ids = torch.randint(0, 300, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (dense(ids).logits - packed(ids).logits).abs().max() < 5e-2
+    assert (out / "run.json").exists() and (out / "config.resolved.yaml").exists()
+    assert not (out / "checkpoints").exists()
+
+
+def test_sparsegpt_two_four_on_gpt2(cli, tiny_gpt2_dir, text_file, tmp_path):
+    out = tmp_path / "sgpt"
+    r = cli(["compress", "sparsegpt", "--model", tiny_gpt2_dir, "--data", text_file, "--nm", "2:4", *SMALL,
+             "--set", "export=packed", "--out", out, "--json"])
+    assert r.exit_code == 0, r.stderr
+    from toolkit.compress.packed import load_packed
+
+    model, _ = load_packed(out / "packed")
+    weight = model.transformer.h[0].mlp.c_fc.weight.t()  # Conv1D stores (in, out)
+    assert ((weight != 0).reshape(weight.shape[0], -1, 4).sum(dim=2) <= 2).all()
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(cli, tiny_llama_dir, tmp_path):
+    out = tmp_path / "dry"
+    r = cli(["compress", "wanda", "--model", tiny_llama_dir, "--out", out, "--dry-run"])
+    assert r.exit_code == 0, r.stderr
+    plan = json.loads(r.stdout)["plan"]
+    assert plan["blocks"] == 2 and plan["rotate"] is True
+    assert plan["sequential_groups"][0] == ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
+    assert plan["linears_per_block"][-1]["hessian"] == [64, 64] and plan["memory_estimate_mb"] > 0
+    assert not out.exists()
+
+
+def test_resume_continues_after_the_last_finished_block(cli, tiny_llama_dir, text_file, tmp_path, monkeypatch):
+    import toolkit.compress.recipe as recipe
+
+    real, calls = recipe.compress_linear, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 8:  # first linear of block 1: block 0 (7 linears) is checkpointed
+            raise RuntimeError("killed")
+        return real(*args, **kwargs)
+
+    out = tmp_path / "resume"
+    args = ["compress", "gptq", "--model", tiny_llama_dir, "--data", text_file, *SMALL, "--set", "export=none",
+            "--out", out]
+    monkeypatch.setattr(recipe, "compress_linear", failing)
+    assert cli(args).exit_code == 1
+    assert (tmp_path / "resume.partial" / "checkpoints" / "progress.json").exists() and not out.exists()
+    calls.clear()
+    r = cli([*args, "--resume"])
+    assert r.exit_code == 0, r.stderr
+    assert len(calls) == 7  # only block 1 was recomputed
+
+
+@pytest.fixture(scope="module")
+def bloom_dir(tmp_path_factory, tiny_tokenizer):
+    from transformers import BloomConfig, BloomForCausalLM
+
+    model = BloomForCausalLM(BloomConfig(vocab_size=len(tiny_tokenizer), hidden_size=16, n_layer=1, n_head=2))
+    path = tmp_path_factory.mktemp("bloom") / "model"
+    model.save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--sparsity", "1.0"], "sparsity"),
+    (["--w-bits", "9"], "bits"),
+    (["--a-bits", "1"], "bits"),
+    (["--nm", "4:4"], "N < M"),
+    (["--set", "alpha=1.5"], "alpha"),
+    (["--data", "SHORT"], "shorter than one window"),
+    (["--rotate"], "RMSNorm"),
+    (["--data", "/nonexistent/text.txt"], "not found"),
+])
+def test_bad_input_exits_2_and_writes_nothing(cli, tiny_gpt2_dir, text_file, tmp_path, extra, message):
+    out = tmp_path / "bad"
+    short = tmp_path / "short.txt"
+    short.write_text("too short")
+    extra = [str(short) if item == "SHORT" else item for item in extra]
+    r = cli(["compress", "obr", "--model", tiny_gpt2_dir, "--data", text_file, "--nsamples", "2", "--seqlen", "16",
+             "--out", out, *extra])  # later flags win
+    assert r.exit_code == 2, r.stderr
+    assert message in r.stderr
+    assert not out.exists() and not (tmp_path / "bad.partial").exists()
+
+
+def test_model_without_adapter_is_refused(cli, bloom_dir, text_file, tmp_path):
+    r = cli(["compress", "rtn", "--model", bloom_dir, "--data", text_file, "--out", tmp_path / "x"])
+    assert r.exit_code == 2 and "no architecture adapter" in r.stderr

@@ -1,0 +1,56 @@
+"""QuaRot-style rotation leaves the float model's function unchanged (logits within 1e-4)."""
+
+import pytest
+import torch
+
+from toolkit.compress.rotation import OrthogonalRotation, fold_online_rotations, rotate_model, split_power_of_two
+from toolkit.core.errors import BadInputError
+from toolkit.models.adapters import adapter_for
+
+
+@pytest.mark.parametrize("n", [8, 12, 48, 576])
+def test_rotation_is_orthogonal_and_apply_matches_the_matrix(n):
+    rotation = OrthogonalRotation(n, seed=3)
+    Q = rotation.matrix()
+    assert torch.allclose(Q @ Q.t(), torch.eye(n, dtype=torch.float64), atol=1e-10)
+    x = torch.randn(2, 3, n, dtype=torch.float64)
+    assert torch.allclose(rotation.apply(x), x @ Q, atol=1e-10)
+    p, m = split_power_of_two(n)
+    assert p * m == n and m % 2 == 1
+
+
+def _llama(hidden, intermediate, tie=True):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=97, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=2,
+                         num_attention_heads=hidden // 16, num_key_value_heads=hidden // 32,
+                         max_position_embeddings=64, tie_word_embeddings=tie)
+    model = LlamaForCausalLM(config).eval()
+    for name, param in model.named_parameters():
+        if "norm" in name:  # non-trivial γ so the norm fusion is exercised
+            param.data.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.mark.parametrize("hidden,intermediate,tie", [(64, 128, True), (96, 168, False)])
+def test_rotated_model_gives_the_same_logits(hidden, intermediate, tie):
+    model = _llama(hidden, intermediate, tie)
+    ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = model(ids).logits
+        rotate_model(model, adapter_for(model), seed=5)
+        after = model(ids).logits
+        assert (after - before).abs().max() < 1e-4
+        assert not torch.allclose(model.model.layers[0].mlp.up_proj.weight, _llama(hidden, intermediate, tie)
+                                  .model.layers[0].mlp.up_proj.weight)
+        fold_online_rotations(model, adapter_for(model))
+        assert (model(ids).logits - before).abs().max() < 1e-4
+
+
+def test_layernorm_models_refuse_rotation(tiny_gpt2_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir)
+    with pytest.raises(BadInputError, match="RMSNorm"):
+        rotate_model(model, adapter_for(model))

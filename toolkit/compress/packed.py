@@ -1,0 +1,181 @@
+"""Packed export: INT4 codes two per byte (only the kept weights), per-row float32 scales and a sparsity bitmask,
+in one safetensors file whose header carries `quantization_config`; everything else is stored as float16.
+`load_packed(dir)` rebuilds a runnable HF model (dequantized weights, online rotations re-installed).
+
+Layout per quantized linear P (weights as out × in, row-major):
+  P.qweight  uint8  codes + 2^{b−1} of the stored entries, two per byte for b ≤ 4 (one per byte otherwise)
+  P.scales   float32 one per output row
+  P.mask     uint8  np.packbits of the non-zero bitmask; present only when it saves space (> 25% zeros), and then
+                    P.qweight holds only the entries the mask marks
+Zeros need no code: a symmetric grid maps a pruned weight to code 0, so the bitmask is exactly "code ≠ 0".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from toolkit.compress.quant import codes_of, max_code
+from toolkit.core.errors import BadInputError
+from toolkit.models.adapters import ArchAdapter, adapter_for, linear_weight, set_linear_weight
+
+WEIGHTS = "model.packed.safetensors"
+FORMAT = "iclrkit-int-bitmask-v1"
+
+
+def _unique_params(model) -> dict[str, torch.Tensor]:
+    seen, out = set(), {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        out[name] = tensor
+    return out
+
+
+def fp16_size_bytes(model) -> int:
+    return sum(t.numel() * 2 for t in _unique_params(model).values() if t.is_floating_point())
+
+
+def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Signed codes → unsigned (offset 2^{b−1}), two per byte (low nibble first) when b ≤ 4."""
+    unsigned = (codes.astype(np.int16) + (max_code(bits) + 1)).astype(np.uint8)
+    if bits > 4:
+        return unsigned
+    if unsigned.size % 2:
+        unsigned = np.append(unsigned, np.uint8(max_code(bits) + 1))
+    return (unsigned[0::2] | (unsigned[1::2] << 4)).astype(np.uint8)
+
+
+def unpack_codes(packed: np.ndarray, count: int, bits: int) -> np.ndarray:
+    if bits > 4:
+        unsigned = packed[:count]
+    else:
+        unsigned = np.empty(packed.size * 2, dtype=np.uint8)
+        unsigned[0::2], unsigned[1::2] = packed & 0x0F, packed >> 4
+        unsigned = unsigned[:count]
+    return unsigned.astype(np.int16) - (max_code(bits) + 1)
+
+
+def pack_linear(weight: torch.Tensor, scale: torch.Tensor, bits: int) -> dict[str, np.ndarray]:
+    codes = codes_of(weight.float(), scale.float(), bits)
+    if not torch.equal(codes * scale.float().reshape(-1, 1), weight.float()):
+        raise BadInputError("weight is not on its quantization grid; cannot pack it losslessly")
+    flat = codes.to(torch.int16).numpy().reshape(-1)
+    tensors = {"scales": scale.float().numpy()}
+    nonzero = flat != 0
+    if 1 - nonzero.mean() > 0.25:
+        tensors["mask"] = np.packbits(nonzero)
+        flat = flat[nonzero]
+    tensors["qweight"] = pack_codes(flat, bits)
+    return tensors
+
+
+def unpack_linear(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: int) -> torch.Tensor:
+    rows, columns = shape
+    count = rows * columns
+    if "mask" in tensors:
+        nonzero = np.unpackbits(tensors["mask"], count=count).astype(bool)
+        codes = np.zeros(count, dtype=np.int16)
+        codes[nonzero] = unpack_codes(tensors["qweight"], int(nonzero.sum()), bits)
+    else:
+        codes = unpack_codes(tensors["qweight"], count, bits)
+    scale = torch.from_numpy(tensors["scales"].copy()).reshape(-1, 1)
+    return torch.from_numpy(codes.reshape(rows, columns).astype(np.float32)) * scale
+
+
+def save_packed(model, tokenizer, out: Path, adapter: ArchAdapter, scales: dict[str, torch.Tensor], bits: int,
+                metadata: dict) -> dict:
+    """Write the packed directory; returns measured sizes (MB) and the ratio to FP16."""
+    from safetensors.numpy import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    quantized, shapes, tensors = {}, {}, {}
+    for path, scale in scales.items():
+        module = model.get_submodule(path)
+        weight = linear_weight(module, adapter.conv1d)
+        shapes[path] = list(weight.shape)
+        for key, value in pack_linear(weight.detach().cpu(), scale, bits).items():
+            tensors[f"{path}.{key}"] = value
+        quantized[f"{path}.weight"] = weight.numel()
+    linear_bytes = sum(v.nbytes for v in tensors.values())
+    for name, tensor in _unique_params(model).items():
+        if name not in quantized:
+            value = tensor.detach().cpu()
+            tensors[name] = (value.half() if value.is_floating_point() else value).numpy()
+    config = {"quant_method": "iclrkit", "format": FORMAT, "bits": bits, "linears": shapes,
+              "conv1d": adapter.conv1d, **metadata}
+    save_file(tensors, str(out / WEIGHTS), metadata={"quantization_config": json.dumps(config)})
+    model.config.to_json_file(str(out / "config.json"))
+    (out / "quantization_config.json").write_text(json.dumps(config, indent=2))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    fp16_linear = 2 * sum(quantized.values())
+    return {"packed_mb": round((out / WEIGHTS).stat().st_size / 1e6, 3),
+            "packed_linear_mb": round(linear_bytes / 1e6, 3),
+            "packed_linear_ratio_vs_fp16": round(linear_bytes / max(fp16_linear, 1), 4),
+            "packed_ratio_vs_fp16": round((out / WEIGHTS).stat().st_size / max(fp16_size_bytes(model), 1), 4)}
+
+
+def read_packed(directory: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    from safetensors import safe_open
+
+    path = Path(directory) / WEIGHTS
+    if not path.is_file():
+        raise BadInputError(f"{directory} is not a packed iclrkit model (no {WEIGHTS})")
+    with safe_open(str(path), framework="numpy") as handle:
+        config = json.loads(handle.metadata()["quantization_config"])
+        tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+    if config.get("format") != FORMAT:
+        raise BadInputError(f"unknown packed format {config.get('format')!r}")
+    return config, tensors
+
+
+def load_packed(directory: str | Path, dtype=torch.float32, with_tokenizer: bool = True):
+    """(model, tokenizer) from a packed directory: weights dequantized to `dtype`, online rotations re-installed."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    directory = Path(directory)
+    config, tensors = read_packed(directory)
+    model_config = AutoConfig.from_pretrained(str(directory))
+    model = AutoModelForCausalLM.from_config(model_config, dtype=dtype).eval()
+    adapter = adapter_for(model)
+    dense = {k: _as_torch(v, dtype) for k, v in tensors.items()
+             if not any(k.startswith(p + ".") for p in config["linears"]) or k.endswith(".bias")}
+    missing, unexpected = model.load_state_dict(dense, strict=False)
+    quantized = {f"{p}.weight" for p in config["linears"]}
+    if unexpected or set(missing) - quantized - _tied_names(model):
+        raise BadInputError(f"packed weights do not match the config: missing {sorted(set(missing) - quantized)[:3]}, "
+                            f"unexpected {unexpected[:3]}")
+    for path, shape in config["linears"].items():
+        parts = {key: tensors[f"{path}.{key}"] for key in ("qweight", "scales", "mask") if f"{path}.{key}" in tensors}
+        set_linear_weight(model.get_submodule(path), unpack_linear(parts, tuple(shape), config["bits"]).to(dtype),
+                          adapter.conv1d)
+    rotation = config.get("rotation")
+    if rotation:
+        from toolkit.compress.rotation import OrthogonalRotation, install_online_rotations
+
+        install_online_rotations(model, adapter,
+                                 OrthogonalRotation(rotation["intermediate"], rotation["online_down_proj_seed"]))
+    tokenizer = None
+    if with_tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    return model, tokenizer
+
+
+def _as_torch(value: np.ndarray, dtype) -> torch.Tensor:
+    tensor = torch.from_numpy(value.copy())
+    return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+
+def _tied_names(model) -> set[str]:
+    ptrs: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict().items():
+        ptrs.setdefault(tensor.data_ptr(), []).append(name)
+    return {name for names in ptrs.values() if len(names) > 1 for name in names}

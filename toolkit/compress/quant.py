@@ -1,0 +1,135 @@
+"""Quantizers shared by every compression method, so one recipe compares them fairly.
+
+- Weights: per output channel, symmetric, `q = s·clamp(round(w/s), −2^{b−1}, 2^{b−1}−1)` with the scale chosen by
+  an MSE clip search (GPTQ/QuaRot: grid 100, max shrink 0.8, error norm 2.4). Symmetric grids contain 0, so pruned
+  weights stay exactly 0 after quantization.
+- Activations: per token, symmetric (QuaRot's A4 default, clip ratio 1.0), simulated (fake quant) on CPU.
+- KV cache: per token and head, asymmetric; K is quantized after RoPE, V as it enters attention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from toolkit.core.errors import BadInputError
+
+
+def check_bits(bits: int, name: str = "bits") -> None:
+    if not (2 <= bits <= 8 or bits == 16):
+        raise BadInputError(f"{name} must be in 2..8 (or 16 = no quantization), got {bits}")
+
+
+def max_code(bits: int) -> int:
+    return 2 ** (bits - 1) - 1
+
+
+def quantize_rows(W: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
+    """Fake-quantize each row of W on its symmetric grid (scale has one entry per row)."""
+    s = scale.reshape(-1, 1).to(W.dtype)
+    return codes_of(W, scale, bits) * s
+
+
+def codes_of(W: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
+    """Integer codes (as float) of W on the symmetric per-row grid."""
+    s = scale.reshape(-1, 1).to(W.dtype)
+    return torch.clamp(torch.round(W / s), -max_code(bits) - 1, max_code(bits))
+
+
+def fit_weight_scale(W: torch.Tensor, bits: int, mse: bool = True, grid: int = 100, maxshrink: float = 0.8,
+                     norm: float = 2.4) -> torch.Tensor:
+    """Per-row symmetric scale: max|w|/(2^{b−1}−1), shrunk by the clip ratio that minimises Σ|Q(w)−w|^norm."""
+    W = W.float()
+    xmax = W.abs().amax(dim=1).clamp(min=1e-8)
+    best_scale = xmax / max_code(bits)
+    if not mse:
+        return best_scale
+    best_err = torch.full_like(xmax, float("inf"))
+    for i in range(int(maxshrink * grid)):
+        scale = (1 - i / grid) * xmax / max_code(bits)
+        err = (quantize_rows(W, scale, bits) - W).abs().pow(norm).sum(dim=1)
+        better = err < best_err
+        best_err = torch.where(better, err, best_err)
+        best_scale = torch.where(better, scale, best_scale)
+    return best_scale
+
+
+def fake_quant_per_token(x: torch.Tensor, bits: int, clip_ratio: float = 1.0) -> torch.Tensor:
+    """Symmetric per-token (last dimension) fake quantization of activations."""
+    if bits >= 16:
+        return x
+    scale = (x.abs().amax(dim=-1, keepdim=True) * clip_ratio / max_code(bits)).clamp(min=1e-8)
+    return torch.clamp(torch.round(x / scale), -max_code(bits) - 1, max_code(bits)) * scale
+
+
+def fake_quant_asym(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Asymmetric min/max fake quantization along the last dimension (one KV head's vector per token)."""
+    if bits >= 16:
+        return x
+    levels = 2 ** bits - 1
+    low, high = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)
+    scale = ((high - low) / levels).clamp(min=1e-8)
+    zero = torch.round(-low / scale)
+    return (torch.clamp(torch.round(x / scale) + zero, 0, levels) - zero) * scale
+
+
+@contextlib.contextmanager
+def activation_quant(model, linear_paths: list[str], bits: int, clip_ratio: float = 1.0):
+    """Fake-quantize the input of each listed linear per token (lm_head is never listed: it stays 16-bit)."""
+    if bits >= 16:
+        yield
+        return
+    handles = []
+    for path in linear_paths:
+        module = model.get_submodule(path)
+        handles.append(module.register_forward_pre_hook(
+            lambda mod, args: (fake_quant_per_token(args[0], bits, clip_ratio), *args[1:])))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+_KV_ATTENTION = "iclrkit_kvquant"
+
+
+def _kv_quant_attention(module, query, key, value, attention_mask, **kwargs):
+    """Attention with fake-quantized K (after RoPE) and V; with a rotated model Q and K are first multiplied by an
+    orthonormal Hadamard over the head dimension (QuaRot), which leaves QKᵀ unchanged but spreads outliers."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    settings = module.iclrkit_kv
+    if settings["hadamard"]:
+        from toolkit.ops.hadamard import fwht
+
+        query, key = fwht(query.contiguous()), fwht(key.contiguous())
+    key = fake_quant_asym(key, settings["k_bits"])
+    value = fake_quant_asym(value, settings["v_bits"])
+    return ALL_ATTENTION_FUNCTIONS[settings["inner"]](module, query, key, value, attention_mask, **kwargs)
+
+
+@contextlib.contextmanager
+def kv_cache_quant(model, attention_modules: list, k_bits: int, v_bits: int, hadamard: bool):
+    """Route attention through `_kv_quant_attention` while the block is active (models using the HF attention
+    interface: Llama, Qwen, Mistral, GPT-2)."""
+    if k_bits >= 16 and v_bits >= 16:
+        yield
+        return
+    from transformers.modeling_utils import AttentionInterface
+
+    AttentionInterface.register(_KV_ATTENTION, _kv_quant_attention)
+    config = model.config
+    inner = config._attn_implementation or "sdpa"
+    if inner == _KV_ATTENTION:
+        raise BadInputError("KV quantization is already active on this model")
+    for module in attention_modules:
+        module.iclrkit_kv = {"k_bits": k_bits, "v_bits": v_bits, "hadamard": hadamard, "inner": inner}
+    config._attn_implementation = _KV_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = inner
+        for module in attention_modules:
+            del module.iclrkit_kv

@@ -1,0 +1,286 @@
+"""The shared compression recipe: load → (rotate) → calibrate layer by layer with sequential groups
+[q,k,v] → [o] → [gate,up] → [down] → compress each linear with the chosen method → evaluate with fake-quantized
+activations and KV cache → export (dense fake-quant HF model and/or packed INT4 + bitmask)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator
+
+from toolkit.core.config import BaseConfig
+
+log = logging.getLogger("iclrkit")
+
+
+class CompressConfig(BaseConfig):
+    """Knobs every method shares, so one recipe compares methods fairly."""
+
+    model: str
+    data: Optional[str] = None  # calibration text (.txt/.jsonl/embedded)
+    eval_data: Optional[str] = None  # perplexity text after compression (skipped when None)
+    method: str = "rtn"
+    w_bits: int = 4  # weight bits (per output channel, symmetric); 16 = keep weights in float
+    a_bits: int = 16  # per-token activation bits for every block linear (lm_head stays 16-bit); simulated on CPU
+    kv_bits: int = 16  # KV-cache bits (K after RoPE, V), per token and head, asymmetric
+    sparsity: float = 0.0  # fraction of weights pruned per output row (unstructured), in [0, 1)
+    nm: Optional[str] = None  # N:M structured sparsity, e.g. "2:4" (overrides sparsity)
+    nsamples: int = Field(128, gt=0)  # calibration windows
+    seqlen: int = Field(2048, gt=1)  # tokens per calibration window (capped at the model's context)
+    percdamp: float = Field(0.01, ge=0)  # Hessian damping, as a share of mean(diag H); escalates ×10 on failure
+    blocksize: int = Field(128, gt=0)  # GPTQ/SparseGPT lazy-batch width
+    w_clip: bool = True  # MSE clip search for the weight scales (grid 100, max shrink 0.8, norm 2.4)
+    a_clip_ratio: float = Field(1.0, gt=0, le=1)
+    rotate: Optional[bool] = None  # QuaRot rotation; None = on for RMSNorm models, off (with a note) otherwise
+    rotation_seed: int = 0
+    eval_max_length: int = Field(2048, gt=1)
+    eval_windows: Optional[int] = Field(None, gt=0)
+    export: Literal["both", "packed", "dense", "none"] = "both"
+    solve_dtype: Literal["float32", "float64"] = "float32"  # Hessian accumulation and solves
+
+    @field_validator("w_bits", "a_bits", "kv_bits")
+    @classmethod
+    def _bits(cls, value: int) -> int:
+        if not (2 <= value <= 8 or value == 16):
+            raise ValueError(f"bits must be in 2..8 (or 16 = not quantized), got {value}")
+        return value
+
+    @field_validator("sparsity")
+    @classmethod
+    def _sparsity(cls, value: float) -> float:
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"sparsity must be in [0, 1), got {value}")
+        return value
+
+    @field_validator("nm")
+    @classmethod
+    def _nm(cls, value: Optional[str]) -> Optional[str]:
+        from toolkit.compress.masks import parse_nm
+
+        try:
+            parse_nm(value)
+        except Exception as exc:  # noqa: BLE001 - pydantic wants ValueError
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("alpha", check_fields=False)
+    @classmethod
+    def _alpha(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {value}")
+        return value
+
+
+def fingerprint(config: CompressConfig) -> str:
+    payload = config.model_dump(mode="json")
+    for key in ("eval_data", "eval_max_length", "eval_windows", "export"):
+        payload.pop(key, None)
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
+    """(Ŵ, kept mask, per-row scale or None) for one linear's weight W (out × in) and its raw Hessian."""
+    import torch
+
+    from toolkit.compress.masks import magnitude_scores, make_mask, parse_nm, wanda_scores
+    from toolkit.compress.quant import fit_weight_scale, quantize_rows
+    from toolkit.compress.solvers import damp_hessian, gptq, sparsegpt
+
+    nm = parse_nm(config.nm)
+    bits = config.w_bits
+    scale = fit_weight_scale(W, bits, mse=config.w_clip).to(W.dtype) if bits < 16 else None
+    needs_hessian = config.method in ("gptq", "sparsegpt", "obr")
+    hessian = damp_hessian(hessian_raw, percdamp) if needs_hessian else None
+    if config.method == "sparsegpt":
+        out, keep = sparsegpt(W, hessian, scale, bits, config.sparsity, nm, config.blocksize)
+        return out, keep, scale
+    if config.sparsity > 0 or nm:
+        scores = wanda_scores(W, torch.diag(hessian_raw) / 2) if config.mask == "wanda" else magnitude_scores(W)
+        keep = make_mask(scores, config.sparsity, nm)
+    else:
+        keep = torch.ones_like(W, dtype=torch.bool)
+    if config.method in ("rtn", "wanda"):
+        out = quantize_rows(W * keep, scale, bits) if scale is not None else W * keep
+        return out, keep, scale
+    if config.method == "gptq":
+        return gptq(W, hessian, scale, bits, mask=keep, blocksize=config.blocksize), keep, scale
+    from toolkit.compress.obr import obr_quantize
+
+    out = obr_quantize(W, hessian, keep, scale, bits, config.alpha, config.mode, config.blocksize)
+    return out, keep, scale
+
+
+def _resolve_rotate(config: CompressConfig, adapter) -> bool:
+    from toolkit.compress.rotation import check_rotatable
+
+    if config.rotate is False:
+        return False
+    try:
+        check_rotatable(adapter)
+    except Exception:
+        if config.rotate:
+            raise
+        log.warning("rotation skipped: %s models are not rotatable here (LayerNorm); quantizing unrotated",
+                    adapter.model_types[0])
+        return False
+    return True
+
+
+def _calibration(config, tokenizer, model, seed):
+    from toolkit.data.text import calibration_windows, load_text
+
+    seqlen = min(config.seqlen, _context(model, config.seqlen))
+    return calibration_windows(tokenizer, load_text(config.data), config.nsamples, seqlen, seed)
+
+
+def _context(model, default: int) -> int:
+    return getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", default)
+
+
+def plan(config: CompressConfig, ctx) -> dict:
+    """--dry-run: the layers that would be compressed, their Hessian sizes, and a memory estimate."""
+    from toolkit.models.adapters import adapter_for, get_layers, linear_weight
+    from toolkit.models.source import load_model
+
+    model, _ = load_model(config.model, "cpu", None, with_tokenizer=False)
+    adapter = adapter_for(model)
+    layers = get_layers(model, adapter)
+    rotate = _resolve_rotate(config, adapter)
+    linears, hessian_bytes = [], 0
+    width = 4 if config.solve_dtype == "float32" else 8
+    for path in adapter.block_linears():
+        out_f, in_f = linear_weight(layers[0].get_submodule(path), adapter.conv1d).shape
+        linears.append({"linear": path, "shape": [out_f, in_f], "hessian": [in_f, in_f]})
+        hessian_bytes = max(hessian_bytes, in_f * in_f * width)
+    params = sum(p.numel() for p in model.parameters())
+    seqlen = min(config.seqlen, _context(model, config.seqlen))
+    hidden = linear_weight(layers[0].get_submodule(adapter.attn_out), adapter.conv1d).shape[0]
+    activations = 2 * config.nsamples * seqlen * hidden * 4
+    return {"method": config.method, "blocks": len(layers), "linears_per_block": linears, "rotate": rotate,
+            "sequential_groups": adapter.sequential_groups(), "calibration_tokens": config.nsamples * seqlen,
+            "memory_estimate_mb": round((params * 4 + activations + 3 * hessian_bytes) / 2**20, 1),
+            "largest_hessian_mb": round(hessian_bytes / 2**20, 2)}
+
+
+def run_compress(config: CompressConfig, ctx) -> dict:
+    import torch
+
+    from toolkit.compress.quant import activation_quant, kv_cache_quant
+    from toolkit.models.adapters import adapter_for, get_layers
+    from toolkit.models.source import load_model
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    model, tokenizer = load_model(config.model, ctx.device, torch.float32)
+    adapter = adapter_for(model)
+    ctx.inputs["model"] = config.model
+    rotate = _resolve_rotate(config, adapter)
+    windows = _calibration(config, tokenizer, model, ctx.seed)
+    started = time.perf_counter()
+    rotation = None
+    if rotate:
+        from toolkit.compress.rotation import rotate_model
+
+        rotation = rotate_model(model, adapter, config.rotation_seed)
+    scales, kept = _compress_all(model, adapter, windows, config, ctx)
+    seconds = time.perf_counter() - started
+    layers = get_layers(model, adapter)
+    block_linears = [f"{adapter.layers[0]}.{i}.{p}" for i in range(len(layers)) for p in adapter.block_linears()]
+    ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3), "rotated": rotate,
+                        "linears": len(block_linears), "sparsity": round(kept, 4),
+                        "calibration_windows": int(windows.shape[0]), "seqlen": int(windows.shape[1])})
+    if config.eval_data:
+        from toolkit.data.text import load_text, tokenize
+        from toolkit.eval.perplexity import perplexity
+
+        ids = tokenize(tokenizer, load_text(config.eval_data))
+        attention = [layer.get_submodule(adapter.attn_out.rsplit(".", 1)[0]) for layer in layers]
+        with activation_quant(model, block_linears, config.a_bits, config.a_clip_ratio), \
+                kv_cache_quant(model, attention, config.kv_bits, config.kv_bits, hadamard=rotate):
+            result = perplexity(model, ids, max_length=min(config.eval_max_length, _context(model, 2048)),
+                                device=ctx.device, max_windows=config.eval_windows, progress=ctx.progress)
+        ctx.metrics.update({"ppl": result["ppl"], "eval_tokens": result["tokens"],
+                            "eval_simulated": "fake-quant activations/KV on CPU" if config.a_bits < 16
+                            or config.kv_bits < 16 else "weights only"})
+    _export(model, tokenizer, adapter, config, ctx, scales, rotation)
+    return ctx.metrics
+
+
+def _compress_all(model, adapter, windows, config, ctx):
+    """Run the sequential pipeline; returns ({linear path: scale}, achieved sparsity over block linears)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from toolkit.linalg.hessian import HessianAccumulator
+    from toolkit.models.adapters import linear_weight, set_linear_weight
+    from toolkit.nn.pipeline import run_sequential
+
+    dtype = getattr(torch, config.solve_dtype)
+    prefix = adapter.layers[0]
+    scales: dict[str, torch.Tensor] = {}
+    counts = {"kept": 0, "total": 0}
+    checkpoints = ctx.checkpoint_dir if ctx.out is not None else None
+
+    def on_block(step):
+        block_scales = {}
+        for group in adapter.sequential_groups():
+            modules = [step.block.get_submodule(path) for path in group]
+            accumulator = HessianAccumulator(linear_weight(modules[0], adapter.conv1d).shape[1],
+                                             device=step.device, dtype=dtype)
+            handle = modules[0].register_forward_hook(accumulator.hook())
+            try:
+                step.run()
+            finally:
+                handle.remove()
+            for path, module in zip(group, modules):
+                weight = linear_weight(module, adapter.conv1d)
+                new, _, scale = compress_linear(weight.to(dtype), accumulator.H, config, config.percdamp)
+                set_linear_weight(module, new.to(weight.dtype), adapter.conv1d)
+                if scale is not None:
+                    block_scales[f"{prefix}.{step.index}.{path}"] = scale.float().contiguous()
+        scales.update(block_scales)
+        if checkpoints is not None and block_scales:
+            save_file(block_scales, str(checkpoints / f"scales_{step.index}.safetensors"))
+
+    run_sequential(model, windows, on_block, device=ctx.device, checkpoint_dir=checkpoints, resume=ctx.resume,
+                   fingerprint=fingerprint(config), progress=ctx.progress)
+    if checkpoints is not None:
+        for path in sorted(checkpoints.glob("scales_*.safetensors")):
+            for name, value in load_file(str(path)).items():
+                scales.setdefault(name, value)
+    layers = model.get_submodule(prefix)
+    for layer in layers:
+        for path in adapter.block_linears():
+            weight = linear_weight(layer.get_submodule(path), adapter.conv1d)
+            counts["kept"] += int((weight != 0).sum())
+            counts["total"] += weight.numel()
+    return scales, 1 - counts["kept"] / max(counts["total"], 1)
+
+
+def _export(model, tokenizer, adapter, config, ctx, scales, rotation) -> None:
+    from toolkit.compress.packed import fp16_size_bytes, save_packed
+
+    ctx.metrics["fp16_mb"] = round(fp16_size_bytes(model) / 1e6, 3)
+    if ctx.out is None or config.export == "none":
+        return
+    metadata = {"method": config.method, "w_bits": config.w_bits, "a_bits": config.a_bits,
+                "kv_bits": config.kv_bits, "sparsity": config.sparsity, "nm": config.nm, "rotation": rotation}
+    if config.export in ("both", "packed"):
+        if config.w_bits >= 16:
+            log.warning("packed export skipped: weights are not quantized (w_bits=16)")
+        else:
+            sizes = save_packed(model, tokenizer, ctx.path("packed"), adapter, scales, config.w_bits, metadata)
+            ctx.metrics.update(sizes)
+    if config.export in ("both", "dense"):
+        from toolkit.compress.rotation import fold_online_rotations
+        from toolkit.models.save import save_model
+
+        fold_online_rotations(model, adapter)
+        save_model(model, tokenizer, ctx.path("model"), technique=f"compress.{config.method}", source=config.model,
+                   paper="https://arxiv.org/abs/2509.11177",
+                   notes="Dense fake-quant export: weights hold the quantized (and pruned) values in float; the "
+                         "rotation is folded in, activation/KV quantization is not representable here.",
+                   metadata=metadata)

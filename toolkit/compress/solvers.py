@@ -1,0 +1,145 @@
+"""Second-order solvers on a layer Hessian H = 2/n Σ x xᵀ: damping, GPTQ (with a start column and a fixed mask),
+SparseGPT's joint prune + quantize, and batched restricted solves H_AA⁻¹ H_AB v for many rows at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from toolkit.compress.masks import check_sparsity
+from toolkit.compress.quant import quantize_rows
+from toolkit.core.errors import RunError
+from toolkit.linalg.hessian import damped_cholesky
+
+
+@dataclass
+class DampedHessian:
+    """H with dead inputs given a unit diagonal and λI added (λ escalated until Cholesky succeeds)."""
+
+    H: torch.Tensor
+    L: torch.Tensor
+    damp: float
+    dead: torch.Tensor
+
+    def inverse_upper(self) -> torch.Tensor:
+        """Upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU): row i of U gives GPTQ's update once columns < i are fixed."""
+        return torch.linalg.cholesky(torch.cholesky_inverse(self.L), upper=True)
+
+
+def damp_hessian(H: torch.Tensor, percdamp: float = 0.01) -> DampedHessian:
+    H = H.clone()
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1.0
+    L, damp = damped_cholesky(H, percdamp)
+    H.diagonal().add_(damp)
+    return DampedHessian(H=H, L=L, damp=damp, dead=dead)
+
+
+def _quantize_column(w: torch.Tensor, scale: torch.Tensor | None, bits: int) -> torch.Tensor:
+    if scale is None or bits >= 16:
+        return w
+    return quantize_rows(w.unsqueeze(1), scale, bits).squeeze(1)
+
+
+def gptq(W: torch.Tensor, hessian: DampedHessian, scale: torch.Tensor | None, bits: int, *, start: int = 0,
+         mask: torch.Tensor | None = None, blocksize: int = 128) -> torch.Tensor:
+    """GPTQ over columns start..C−1 (columns before `start` are returned unchanged and their errors are not
+    propagated). Each quantized column is multiplied by its mask column; the error, pruned weights included, is
+    spread over the later columns with the rows of U = chol(H⁻¹)ᵀ. Starts exactly at `start`, any value."""
+    W = W.to(hessian.H.dtype).clone()
+    W[:, hessian.dead] = 0
+    U = hessian.inverse_upper()
+    Q = W.clone()
+    columns = W.shape[1]
+    for b0 in range(start, columns, blocksize):
+        b1 = min(b0 + blocksize, columns)
+        block, U1 = W[:, b0:b1].clone(), U[b0:b1, b0:b1]
+        errors = torch.zeros_like(block)
+        for i in range(b1 - b0):
+            w = block[:, i]
+            q = _quantize_column(w, scale, bits)
+            if mask is not None:
+                q = q * mask[:, b0 + i]
+            Q[:, b0 + i] = q
+            err = (w - q) / U1[i, i]
+            block[:, i:] -= err.unsqueeze(1) * U1[i, i:].unsqueeze(0)
+            errors[:, i] = err
+        W[:, b1:] -= errors @ U[b0:b1, b1:]
+    return Q
+
+
+def sparsegpt(W: torch.Tensor, hessian: DampedHessian, scale: torch.Tensor | None, bits: int, sparsity: float,
+              nm: tuple[int, int] | None = None, blocksize: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """SparseGPT with joint GPTQ quantization: per block of columns pick the mask by w²/[H⁻¹]_jj² (unstructured:
+    the lowest `sparsity` share of the block; N:M: the N lowest of each M columns), quantize, propagate errors.
+    Returns (Ŵ, kept mask)."""
+    check_sparsity(sparsity)
+    W = W.to(hessian.H.dtype).clone()
+    W[:, hessian.dead] = 0
+    U = hessian.inverse_upper()
+    Q = torch.zeros_like(W)
+    keep = torch.ones_like(W, dtype=torch.bool)
+    columns = W.shape[1]
+    for b0 in range(0, columns, blocksize):
+        b1 = min(b0 + blocksize, columns)
+        block, U1 = W[:, b0:b1].clone(), U[b0:b1, b0:b1]
+        errors = torch.zeros_like(block)
+        diag = torch.diag(U1)
+        if nm is None and sparsity > 0:
+            score = block.pow(2) / diag.pow(2).unsqueeze(0)
+            drop = int(score.numel() * sparsity)
+            if drop:
+                threshold = torch.sort(score.flatten())[0][drop - 1]
+                keep[:, b0:b1] = score > threshold
+        for i in range(b1 - b0):
+            column = b0 + i
+            if nm is not None and i % nm[1] == 0:
+                score = block[:, i:i + nm[1]].pow(2) / diag[i:i + nm[1]].pow(2).unsqueeze(0)
+                idx = torch.topk(score, nm[0], dim=1, largest=False).indices
+                keep[:, column:column + nm[1]].scatter_(1, idx, False)
+            w = block[:, i]
+            q = _quantize_column(w * keep[:, column], scale, bits)
+            Q[:, column] = q
+            err = (w - q) / U1[i, i]
+            block[:, i:] -= err.unsqueeze(1) * U1[i, i:].unsqueeze(0)
+            errors[:, i] = err
+        W[:, b1:] -= errors @ U[b0:b1, b1:]
+    return Q, keep
+
+
+def _padded_indices(select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the selected column indices first (ascending), padded to the row maximum; plus a validity mask."""
+    counts = select.sum(dim=1)
+    width = int(counts.max().item()) if select.numel() else 0
+    order = torch.argsort((~select).to(torch.int8), dim=1, stable=True)[:, :width]
+    valid = torch.arange(width, device=select.device).unsqueeze(0) < counts.unsqueeze(1)
+    return order, valid
+
+
+def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch.Tensor,
+                     max_bytes: int = 256 * 2**20) -> torch.Tensor:
+    """Row by row, x_A = H_AA⁻¹ · H_AB · v_B for the row's own column sets A and B (boolean masks, rows × C);
+    returns x scattered into a rows × C tensor (zero outside A). Rows are solved in batches: each row's H_AA is
+    gathered, padded with an identity to the batch's largest |A|, and factored by one batched Cholesky."""
+    rows, columns = A.shape
+    out = torch.zeros(rows, columns, dtype=H.dtype, device=H.device)
+    if not A.any() or not B.any():
+        return out
+    rhs_full = (V.to(H.dtype) * B) @ H  # row c: Σ_{b∈B_c} v_cb H[b, :]  (H symmetric)
+    idx, valid = _padded_indices(A)
+    width = idx.shape[1]
+    chunk = max(1, max_bytes // max(1, width * width * H.element_size()))
+    for r0 in range(0, rows, chunk):
+        r1 = min(r0 + chunk, rows)
+        ids, ok = idx[r0:r1], valid[r0:r1]
+        okf = ok.to(H.dtype)
+        system = H[ids.unsqueeze(2), ids.unsqueeze(1)] * okf.unsqueeze(2) * okf.unsqueeze(1)
+        system.diagonal(dim1=1, dim2=2).add_(1.0 - okf)
+        rhs = torch.gather(rhs_full[r0:r1], 1, ids) * okf
+        L, info = torch.linalg.cholesky_ex(system)
+        if (info != 0).any():
+            raise RunError("a restricted Hessian block H_RR is not positive definite", "raise percdamp")
+        x = torch.cholesky_solve(rhs.unsqueeze(2), L).squeeze(2) * okf
+        out[r0:r1].scatter_(1, ids, x)
+    return out
