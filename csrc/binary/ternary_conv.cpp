@@ -1,0 +1,349 @@
+// Bit-packed ternary / binary convolution on the CPU (MBU-Net, "subtractive bit encoding" in AND+popcount form).
+//
+// Activations are sign bits packed along channels: x[n, y, x, k] holds channels 64k..64k+63 of one pixel, bit 1
+// meaning +1 and bit 0 meaning -1; bits past the channel count are 0. Weights w in {-1, 0, +1} are two planes,
+// pos = [w > 0] and neg = [w < 0] (both 0 for a zero weight and for padding channels). For one in-bounds tap
+//     sum_c (2a_c - 1) w_c = 2 (popc(a & pos) - popc(a & neg)) - (popc(pos) - popc(neg)),
+// so zero weights and padding channels drop out, and an out-of-bounds tap (zero padding) is simply skipped,
+// together with its constant popc(pos) - popc(neg). For binary weights neg = valid & ~pos, hence
+// popc(a & neg) = popc(a) - popc(a & pos): one plane suffices, at half the bit operations of the ternary form.
+// The fused epilogue compares each sum with a per-channel integer threshold (batch norm folded, `flip` for a
+// negative BN scale) and writes packed output bits.
+//
+// The popcount core runs on AVX-512 VPOPCNTDQ, AVX2 (nibble lookup) or scalar POPCNT, chosen at run time from
+// what the processor supports; each is compiled with a function-level target attribute, so the build itself needs
+// no -march flag.
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <immintrin.h>
+
+namespace {
+
+constexpr int64_t kBlock = 64;  // output channels per block = bits in one output word
+
+struct Geometry {
+  int64_t N, H, W, KW, O, O_pad, kh, kw, stride, pad, Ho, Wo;
+  bool binary;
+};
+
+struct Operands {
+  const uint64_t* x;     // [N, H, W, KW]
+  const uint64_t* pos;   // [kh*kw, KW, O_pad]
+  const uint64_t* neg;   // [kh*kw, KW, O_pad]
+  const int64_t* tap_c;  // [kh*kw, O_pad]: popc(pos) - popc(neg) per tap and output channel
+};
+
+constexpr int64_t kMaxTaps = 64;
+
+// The in-bounds taps of one output pixel and the addresses of their KW activation words.
+struct Taps {
+  int64_t count = 0;
+  int64_t index[kMaxTaps];
+  const uint64_t* words[kMaxTaps];
+};
+
+inline void collect_taps(const Geometry& g, const Operands& op, int64_t n, int64_t oy, int64_t ox, Taps& t) {
+  t.count = 0;
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    const int64_t iy = oy * g.stride - g.pad + ky;
+    if (iy < 0 || iy >= g.H) continue;
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      const int64_t ix = ox * g.stride - g.pad + kx;
+      if (ix < 0 || ix >= g.W) continue;
+      t.index[t.count] = ky * g.kw + kx;
+      t.words[t.count++] = op.x + ((n * g.H + iy) * g.W + ix) * g.KW;
+    }
+  }
+}
+
+// s[j] = integer dot product of output channel ob*64+j, from the popcount partial sums.
+inline void finish_block(const Geometry& g, const int64_t* dp, const int64_t* c, int64_t pa, int width, int64_t* s) {
+  for (int j = 0; j < width; ++j) s[j] = (g.binary ? 2 * (2 * dp[j] - pa) : 2 * dp[j]) - c[j];
+}
+
+__attribute__((target("popcnt"))) void block_scalar(const Geometry& g, const Operands& op, const Taps& taps,
+                                                    int64_t ob, int width, int64_t* s) {
+  int64_t dp[kBlock] = {0}, c[kBlock] = {0}, pa = 0;
+  for (int64_t i = 0; i < taps.count; ++i) {
+    const int64_t tap = taps.index[i];
+    const uint64_t* a = taps.words[i];
+    for (int64_t k = 0; k < g.KW; ++k) {
+      const uint64_t av = a[k];
+      const uint64_t* P = op.pos + (tap * g.KW + k) * g.O_pad + ob * kBlock;
+      const uint64_t* Q = op.neg + (tap * g.KW + k) * g.O_pad + ob * kBlock;
+      if (g.binary) {
+        pa += __builtin_popcountll(av);
+        for (int j = 0; j < width; ++j) dp[j] += __builtin_popcountll(av & P[j]);
+      } else {
+        for (int j = 0; j < width; ++j)
+          dp[j] += __builtin_popcountll(av & P[j]) - __builtin_popcountll(av & Q[j]);
+      }
+    }
+    const int64_t* tc = op.tap_c + tap * g.O_pad + ob * kBlock;
+    for (int j = 0; j < width; ++j) c[j] += tc[j];
+  }
+  finish_block(g, dp, c, pa, width, s);
+}
+
+__attribute__((target("avx2"))) inline __m256i popcount256(__m256i v) {
+  const __m256i lut = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2,
+                                       2, 3, 2, 3, 3, 4);
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  const __m256i lo = _mm256_and_si256(v, low);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+  const __m256i bytes = _mm256_add_epi8(_mm256_shuffle_epi8(lut, lo), _mm256_shuffle_epi8(lut, hi));
+  return _mm256_sad_epu8(bytes, _mm256_setzero_si256());  // four 64-bit counts
+}
+
+__attribute__((target("avx2,popcnt"))) void block_avx2(const Geometry& g, const Operands& op, const Taps& taps,
+                                                        int64_t ob, int width, int64_t* s) {
+  const int V = width / 4;
+  __m256i acc[kBlock / 4];
+  for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_si256();
+  int64_t c[kBlock] = {0}, pa = 0;
+  for (int64_t i = 0; i < taps.count; ++i) {
+    const int64_t tap = taps.index[i];
+    const uint64_t* a = taps.words[i];
+    for (int64_t k = 0; k < g.KW; ++k) {
+      const __m256i av = _mm256_set1_epi64x(static_cast<long long>(a[k]));
+      const uint64_t* P = op.pos + (tap * g.KW + k) * g.O_pad + ob * kBlock;
+      const uint64_t* Q = op.neg + (tap * g.KW + k) * g.O_pad + ob * kBlock;
+      if (g.binary) pa += __builtin_popcountll(a[k]);
+      for (int v = 0; v < V; ++v) {
+        const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(P + 4 * v));
+        acc[v] = _mm256_add_epi64(acc[v], popcount256(_mm256_and_si256(av, p)));
+        if (!g.binary) {
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(Q + 4 * v));
+          acc[v] = _mm256_sub_epi64(acc[v], popcount256(_mm256_and_si256(av, q)));
+        }
+      }
+    }
+    const int64_t* tc = op.tap_c + tap * g.O_pad + ob * kBlock;
+    for (int j = 0; j < width; ++j) c[j] += tc[j];
+  }
+  int64_t dp[kBlock];
+  for (int v = 0; v < V; ++v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dp + 4 * v), acc[v]);
+  finish_block(g, dp, c, pa, width, s);
+}
+
+// V = 8-channel vectors in this block (1..8), a compile-time constant so the accumulators stay in registers.
+template <int V>
+__attribute__((target("avx512f,avx512vpopcntdq,popcnt"))) void block_avx512_v(const Geometry& g, const Operands& op,
+                                                                                const Taps& taps, int64_t ob,
+                                                                                int64_t* s) {
+  const int width = 8 * V;
+  __m512i acc[V], cv[V];
+  for (int v = 0; v < V; ++v) acc[v] = cv[v] = _mm512_setzero_si512();
+  int64_t pa = 0;
+  for (int64_t i = 0; i < taps.count; ++i) {
+    const int64_t tap = taps.index[i];
+    const uint64_t* a = taps.words[i];
+    for (int64_t k = 0; k < g.KW; ++k) {
+      const __m512i av = _mm512_set1_epi64(static_cast<long long>(a[k]));
+      const uint64_t* P = op.pos + (tap * g.KW + k) * g.O_pad + ob * kBlock;
+      const uint64_t* Q = op.neg + (tap * g.KW + k) * g.O_pad + ob * kBlock;
+      if (g.binary) {
+        pa += __builtin_popcountll(a[k]);
+        for (int v = 0; v < V; ++v)
+          acc[v] = _mm512_add_epi64(acc[v], _mm512_popcnt_epi64(_mm512_and_si512(av, _mm512_loadu_si512(P + 8 * v))));
+      } else {
+        for (int v = 0; v < V; ++v) {
+          const __m512i p = _mm512_popcnt_epi64(_mm512_and_si512(av, _mm512_loadu_si512(P + 8 * v)));
+          const __m512i q = _mm512_popcnt_epi64(_mm512_and_si512(av, _mm512_loadu_si512(Q + 8 * v)));
+          acc[v] = _mm512_add_epi64(acc[v], _mm512_sub_epi64(p, q));
+        }
+      }
+    }
+    const int64_t* tc = op.tap_c + tap * g.O_pad + ob * kBlock;
+    for (int v = 0; v < V; ++v) cv[v] = _mm512_add_epi64(cv[v], _mm512_loadu_si512(tc + 8 * v));
+  }
+  int64_t dp[kBlock], c[kBlock];
+  for (int v = 0; v < V; ++v) {
+    _mm512_storeu_si512(dp + 8 * v, acc[v]);
+    _mm512_storeu_si512(c + 8 * v, cv[v]);
+  }
+  finish_block(g, dp, c, pa, width, s);
+}
+
+__attribute__((target("avx512f,avx512vpopcntdq,popcnt"))) void block_avx512(const Geometry& g, const Operands& op,
+                                                                              const Taps& taps, int64_t ob, int width,
+                                                                              int64_t* s) {
+  switch (width / 8) {
+    case 1: return block_avx512_v<1>(g, op, taps, ob, s);
+    case 2: return block_avx512_v<2>(g, op, taps, ob, s);
+    case 3: return block_avx512_v<3>(g, op, taps, ob, s);
+    case 4: return block_avx512_v<4>(g, op, taps, ob, s);
+    case 5: return block_avx512_v<5>(g, op, taps, ob, s);
+    case 6: return block_avx512_v<6>(g, op, taps, ob, s);
+    case 7: return block_avx512_v<7>(g, op, taps, ob, s);
+    default: return block_avx512_v<8>(g, op, taps, ob, s);
+  }
+}
+
+using BlockFn = void (*)(const Geometry&, const Operands&, const Taps&, int64_t, int, int64_t*);
+
+// impl: 0 = best available, 1 = scalar POPCNT, 2 = AVX2, 3 = AVX-512 VPOPCNTDQ.
+BlockFn pick_impl(int64_t impl) {
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vpopcntdq");
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  TORCH_CHECK(__builtin_cpu_supports("popcnt"), "ternary_conv2d: this processor has no POPCNT instruction");
+  TORCH_CHECK(impl >= 0 && impl <= 3, "ternary_conv2d: impl must be 0..3, got ", impl);
+  if (impl == 3) TORCH_CHECK(avx512, "ternary_conv2d: AVX-512 VPOPCNTDQ is not available on this processor");
+  if (impl == 2) TORCH_CHECK(avx2, "ternary_conv2d: AVX2 is not available on this processor");
+  if (impl == 3 || (impl == 0 && avx512)) return block_avx512;
+  if (impl == 2 || (impl == 0 && avx2)) return block_avx2;
+  return block_scalar;
+}
+
+// Re-lays [O, kh, kw, KW] planes as [kh*kw, KW, O_pad] (output channel fastest) and counts each tap's constant.
+struct PackedWeights {
+  torch::Tensor pos, neg, tap_c;
+};
+
+PackedWeights relayout(const torch::Tensor& pos, const torch::Tensor& neg, int64_t O_pad) {
+  const int64_t O = pos.size(0), taps = pos.size(1) * pos.size(2), KW = pos.size(3);
+  auto to_taps = [&](const torch::Tensor& w) {
+    auto t = torch::zeros({taps, KW, O_pad}, w.options());
+    t.narrow(2, 0, O).copy_(w.reshape({O, taps, KW}).permute({1, 2, 0}));
+    return t.contiguous();
+  };
+  PackedWeights out{to_taps(pos), to_taps(neg), torch::zeros({taps, O_pad}, torch::kInt64)};
+  const uint64_t* P = reinterpret_cast<const uint64_t*>(out.pos.data_ptr<int64_t>());
+  const uint64_t* Q = reinterpret_cast<const uint64_t*>(out.neg.data_ptr<int64_t>());
+  int64_t* c = out.tap_c.data_ptr<int64_t>();
+  for (int64_t t = 0; t < taps; ++t)
+    for (int64_t k = 0; k < KW; ++k)
+      for (int64_t o = 0; o < O_pad; ++o)
+        c[t * O_pad + o] += __builtin_popcountll(P[(t * KW + k) * O_pad + o]) -
+                            __builtin_popcountll(Q[(t * KW + k) * O_pad + o]);
+  return out;
+}
+
+Geometry check_inputs(const torch::Tensor& x, const torch::Tensor& pos, const torch::Tensor& neg, int64_t stride,
+                      int64_t padding, bool binary) {
+  TORCH_CHECK(x.dim() == 4 && x.scalar_type() == torch::kInt64, "ternary_conv2d: x must be int64 [N, H, W, words]");
+  TORCH_CHECK(pos.dim() == 4 && pos.scalar_type() == torch::kInt64,
+              "ternary_conv2d: w_pos must be int64 [O, kh, kw, words]");
+  TORCH_CHECK(neg.sizes() == pos.sizes() && neg.scalar_type() == torch::kInt64,
+              "ternary_conv2d: w_neg must match w_pos");
+  TORCH_CHECK(pos.size(3) == x.size(3), "ternary_conv2d: weight words ", pos.size(3), " != activation words ",
+              x.size(3));
+  TORCH_CHECK(stride >= 1 && padding >= 0, "ternary_conv2d: stride >= 1 and padding >= 0 required");
+  TORCH_CHECK(pos.size(1) * pos.size(2) <= kMaxTaps, "ternary_conv2d: at most ", kMaxTaps, " kernel taps");
+  Geometry g{};
+  g.N = x.size(0), g.H = x.size(1), g.W = x.size(2), g.KW = x.size(3);
+  g.O = pos.size(0), g.kh = pos.size(1), g.kw = pos.size(2);
+  g.O_pad = (g.O + 7) / 8 * 8;  // blocks of 64 channels; the last one may be narrower (multiple of 8)
+  g.stride = stride, g.pad = padding, g.binary = binary;
+  g.Ho = (g.H + 2 * padding - g.kh) / stride + 1;
+  g.Wo = (g.W + 2 * padding - g.kw) / stride + 1;
+  TORCH_CHECK(g.Ho > 0 && g.Wo > 0, "ternary_conv2d: kernel larger than the padded input");
+  return g;
+}
+
+// Runs fn(pixel index, block index, s[64]) for every output pixel and channel block, rows in parallel.
+template <typename Fn>
+void run_conv(const Geometry& g, const torch::Tensor& x, const PackedWeights& w, int64_t impl, Fn&& fn) {
+  const BlockFn block = pick_impl(impl);
+  const Operands op{reinterpret_cast<const uint64_t*>(x.data_ptr<int64_t>()),
+                    reinterpret_cast<const uint64_t*>(w.pos.data_ptr<int64_t>()),
+                    reinterpret_cast<const uint64_t*>(w.neg.data_ptr<int64_t>()), w.tap_c.data_ptr<int64_t>()};
+  const int64_t rows = g.N * g.Ho, blocks = (g.O_pad + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = r / g.Ho, oy = r % g.Ho;
+    int64_t s[kBlock];
+    Taps taps;
+    for (int64_t ox = 0; ox < g.Wo; ++ox) {
+      collect_taps(g, op, n, oy, ox, taps);
+      for (int64_t ob = 0; ob < blocks; ++ob) {
+        block(g, op, taps, ob, static_cast<int>(std::min(kBlock, g.O_pad - ob * kBlock)), s);
+        fn((r * g.Wo + ox), ob, s);
+      }
+    }
+  }
+}
+
+// Integer sums [N, Ho, Wo, O] (int32): the exact ±1 x {-1, 0, +1} convolution.
+torch::Tensor ternary_conv2d_cpu(const torch::Tensor& x_in, const torch::Tensor& pos, const torch::Tensor& neg,
+                                 int64_t stride, int64_t padding, bool binary, int64_t impl) {
+  const Geometry g = check_inputs(x_in, pos, neg, stride, padding, binary);
+  const auto x = x_in.contiguous();
+  const PackedWeights w = relayout(pos.contiguous(), neg.contiguous(), g.O_pad);
+  auto out = torch::empty({g.N, g.Ho, g.Wo, g.O}, torch::kInt32);
+  int32_t* y = out.data_ptr<int32_t>();
+  run_conv(g, x, w, impl, [&](int64_t pixel, int64_t ob, const int64_t* s) {
+    const int64_t hi = std::min(kBlock, g.O - ob * kBlock);
+    for (int64_t j = 0; j < hi; ++j) y[pixel * g.O + ob * kBlock + j] = static_cast<int32_t>(s[j]);
+  });
+  return out;
+}
+
+// Fused threshold and packing: bit o = flip[o] ? s <= threshold[o] : s >= threshold[o]; [N, Ho, Wo, ceil(O/64)].
+torch::Tensor ternary_conv2d_sign_cpu(const torch::Tensor& x_in, const torch::Tensor& pos, const torch::Tensor& neg,
+                                      const torch::Tensor& threshold, const torch::Tensor& flip, int64_t stride,
+                                      int64_t padding, bool binary, int64_t impl) {
+  const Geometry g = check_inputs(x_in, pos, neg, stride, padding, binary);
+  TORCH_CHECK(threshold.numel() == g.O && flip.numel() == g.O, "ternary_conv2d_sign: one threshold and flip per "
+              "output channel expected");
+  const auto x = x_in.contiguous();
+  const auto thr = threshold.to(torch::kInt64).contiguous();
+  const auto flp = flip.to(torch::kBool).contiguous();
+  const PackedWeights w = relayout(pos.contiguous(), neg.contiguous(), g.O_pad);
+  const int64_t words = (g.O + kBlock - 1) / kBlock;
+  auto out = torch::empty({g.N, g.Ho, g.Wo, words}, torch::kInt64);
+  uint64_t* y = reinterpret_cast<uint64_t*>(out.data_ptr<int64_t>());
+  const int64_t* t = thr.data_ptr<int64_t>();
+  const bool* f = flp.data_ptr<bool>();
+  run_conv(g, x, w, impl, [&](int64_t pixel, int64_t ob, const int64_t* s) {
+    const int64_t hi = std::min(kBlock, g.O - ob * kBlock);
+    uint64_t word = 0;
+    for (int64_t j = 0; j < hi; ++j) {
+      const int64_t o = ob * kBlock + j;
+      const bool bit = f[o] ? s[j] <= t[o] : s[j] >= t[o];
+      word |= static_cast<uint64_t>(bit) << j;
+    }
+    y[pixel * words + ob] = word;
+  });
+  return out;
+}
+
+// Sign bits of a float NCHW tensor packed along channels: [N, H, W, ceil(C/64)], bit = x >= 0.
+torch::Tensor pack_sign_cpu(const torch::Tensor& x_in) {
+  TORCH_CHECK(x_in.dim() == 4 && x_in.is_floating_point(), "pack_sign: float [N, C, H, W] expected");
+  const auto x = x_in.to(torch::kFloat).contiguous();
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), KW = (C + 63) / 64;
+  auto out = torch::zeros({N, H, W, KW}, torch::kInt64);
+  const float* src = x.data_ptr<float>();
+  uint64_t* y = reinterpret_cast<uint64_t*>(out.data_ptr<int64_t>());
+#pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
+  for (int64_t r = 0; r < N * H; ++r) {
+    const int64_t n = r / H, h = r % H;
+    for (int64_t c = 0; c < C; ++c) {
+      const float* row = src + ((n * C + c) * H + h) * W;
+      uint64_t* dst = y + (r * W) * KW + c / 64;
+      const uint64_t bit = uint64_t{1} << (c % 64);
+      for (int64_t w = 0; w < W; ++w)
+        if (row[w] >= 0.f) dst[w * KW] |= bit;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(iclrkit, m) {
+  m.def("ternary_conv2d(Tensor x, Tensor w_pos, Tensor w_neg, int stride, int padding, bool binary, int impl) "
+        "-> Tensor");
+  m.def("ternary_conv2d_sign(Tensor x, Tensor w_pos, Tensor w_neg, Tensor threshold, Tensor flip, int stride, "
+        "int padding, bool binary, int impl) -> Tensor");
+  m.def("pack_sign(Tensor x) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(iclrkit, CPU, m) {
+  m.impl("ternary_conv2d", &ternary_conv2d_cpu);
+  m.impl("ternary_conv2d_sign", &ternary_conv2d_sign_cpu);
+  m.impl("pack_sign", &pack_sign_cpu);
+}

@@ -1,0 +1,42 @@
+"""CUDA binary Tensor Core kernel (csrc/binary/ternary_conv_cuda.cu) bit-exact vs the float reference.
+Runs only with a CUDA torch whose toolkit._C was built with the CUDA kernels."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from toolkit.segment import kernels
+
+
+def _cuda_op_available() -> bool:
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import toolkit._C as ext
+    except ImportError:
+        return False
+    return bool(getattr(ext, "cuda_built", False))
+
+
+pytestmark = pytest.mark.skipif(not _cuda_op_available(), reason="needs CUDA and toolkit._C built with CUDA")
+
+
+@pytest.mark.parametrize("n, cin, out_ch, h, w, stride, pad", [(1, 3, 5, 7, 9, 1, 1), (3, 130, 70, 9, 8, 2, 1),
+                                                                 (2, 64, 33, 6, 6, 1, 0), (8, 128, 128, 32, 32, 1, 1)])
+@pytest.mark.parametrize("ternary", [True, False])
+def test_cuda_sums_and_bits_match_reference(n, cin, out_ch, h, w, stride, pad, ternary):
+    g = torch.Generator().manual_seed(cin + out_ch)
+    act = torch.randint(0, 2, (n, cin, h, w), generator=g).float() * 2 - 1
+    low = -1 if ternary else 0
+    q = torch.randint(low, 2, (out_ch, cin, 3, 3), generator=g).float()
+    q = q if ternary else q * 2 - 1
+    bits = kernels.pack_sign_reference(act)
+    pos, neg = kernels.weight_planes(q)
+    expected = F.conv2d(act.double(), q.double(), stride=stride, padding=pad).round().int().permute(0, 2, 3, 1)
+    got = torch.ops.iclrkit.ternary_conv2d(bits.cuda(), pos.cuda(), neg.cuda(), stride, pad, not ternary, 0)
+    assert torch.equal(got.cpu(), expected.contiguous())
+    threshold = torch.randint(-20, 21, (out_ch,), generator=g)
+    flip = torch.rand(out_ch, generator=g) < 0.5
+    packed = torch.ops.iclrkit.ternary_conv2d_sign(bits.cuda(), pos.cuda(), neg.cuda(), threshold.cuda(),
+                                                   flip.cuda(), stride, pad, not ternary, 0)
+    assert torch.equal(packed.cpu(), kernels.pack_bool(kernels.threshold_bits(expected, threshold, flip)))

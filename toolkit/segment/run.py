@@ -1,0 +1,175 @@
+"""run() functions for `iclrkit segment mbunet convert | infer | bench` (train lives in mbunet.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from pydantic import Field
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.errors import BadInputError
+from toolkit.segment.mbunet import (
+    ARCH_FILE,
+    iou_per_class,
+    load_model,
+    mean_iou,
+    predict,
+)
+from toolkit.segment.packed import (
+    PACKED_FILE,
+    convert,
+    float_model_bytes,
+    load_packed,
+    save_packed,
+    time_layers,
+)
+
+PALETTE = [(0, 0, 0), (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
+           (145, 30, 180), (70, 240, 240), (240, 50, 230), (210, 245, 60)]
+
+
+def _model_kind(path: str) -> str:
+    root = Path(path)
+    if (root / PACKED_FILE).is_file():
+        return "packed"
+    if (root / ARCH_FILE).is_file():
+        return "float"
+    raise BadInputError(f"{path} is not an MBU-Net directory", "train one with `iclrkit segment mbunet train`")
+
+
+class ConvertConfig(BaseConfig):
+    """Pack a trained masked/binary MBU-Net: bit planes + folded BN thresholds; checks the packed model reproduces
+    the float model's logits exactly on `check_images` procedural scenes."""
+
+    model: str
+    check_images: int = Field(4, ge=0)
+
+
+def run_convert(config: ConvertConfig, ctx) -> dict:
+    from toolkit.segment.data import procedural_scenes
+
+    model, arch = load_model(config.model)
+    packed = convert(model)
+    sizes = save_packed(packed, ctx.out, {k: arch[k] for k in ("class_names", "size") if k in arch})
+    ctx.artifacts += [PACKED_FILE, ARCH_FILE]
+    metrics = {"float_kb": float_model_bytes(model) / 1024, "packed_kb": sizes["packed_bytes"] / 1024,
+               "binary_layers_kb": sizes["binary_layer_bytes"] / 1024,
+               "masked_layers": sum(not layer.binary for layer in packed.layers.values()),
+               "layers": len(packed.layers)}
+    metrics["compression"] = metrics["float_kb"] / metrics["packed_kb"]
+    if config.check_images:
+        images = procedural_scenes(config.check_images, size=arch.get("size", 64), seed=ctx.seed).images
+        with torch.no_grad():
+            reference, result = model(images), packed(images)
+        metrics["max_abs_logit_diff"] = float((reference - result).abs().max())
+        metrics["exact"] = bool(torch.equal(reference, result))
+    ctx.metrics.update(metrics)
+    return metrics
+
+
+class InferConfig(BaseConfig):
+    """Segment images with a packed (bit-packed CPU kernels) or float MBU-Net; writes masks/NAME.png (class indices,
+    palette) and overlays/NAME.png; reports mIoU per class when ground-truth masks exist."""
+
+    model: str
+    data: str = "procedural"  # folder with images/ (and optionally masks/), or `procedural`
+    size: int | None = Field(None, ge=16)  # default: the training size
+    n_images: int = Field(8, ge=1)  # procedural scenes
+    limit: int | None = Field(None, ge=1)  # first N images only
+    overlays: bool = True
+    alpha: float = Field(0.5, ge=0, le=1)  # overlay opacity
+
+
+def _save_png(array, path: Path, palette: bool) -> None:
+    from PIL import Image
+
+    if palette:
+        image = Image.fromarray(array.astype("uint8"), mode="P")
+        image.putpalette(([c for rgb in PALETTE for c in rgb] * (256 // len(PALETTE) + 1))[:768])
+    else:
+        image = Image.fromarray(array.astype("uint8"))
+    image.save(path)
+
+
+def run_infer(config: InferConfig, ctx) -> dict:
+    import numpy as np
+
+    from toolkit.segment.data import load_dataset
+
+    kind = _model_kind(config.model)
+    model, arch = load_packed(config.model) if kind == "packed" else load_model(config.model)
+    size = config.size or arch.get("size", 64)
+    if size % 2 ** arch["depth"]:
+        raise BadInputError(f"size {size} must be a multiple of 2^depth = {2 ** arch['depth']}")
+    data = load_dataset(config.data, size, arch["num_classes"], config.n_images, ctx.seed, require_masks=False)
+    images, masks = data.images, data.masks
+    if config.limit:
+        images, masks = images[:config.limit], None if masks is None else masks[:config.limit]
+    device = "cpu" if kind == "packed" else ctx.device
+    pred = predict(model if kind == "packed" else model.to(device), images, device=device)
+    for i in range(len(images)):
+        name = f"{i:05d}"
+        _save_png(pred[i].numpy(), ctx.path(f"masks/{name}.png"), palette=True)
+        if config.overlays:
+            rgb = ((images[i].permute(1, 2, 0).numpy() + 0.5).clip(0, 1) * 255)
+            colours = np.array(PALETTE * (arch["num_classes"] // len(PALETTE) + 1))[pred[i].numpy()]
+            _save_png(rgb * (1 - config.alpha) + colours * config.alpha, ctx.path(f"overlays/{name}.png"), False)
+    metrics: dict = {"backend": "packed-cpu" if kind == "packed" else f"float-{device}", "images": len(images)}
+    if masks is not None:
+        per_class = iou_per_class(pred, masks, arch["num_classes"])
+        names = arch.get("class_names") or [f"class{c}" for c in range(arch["num_classes"])]
+        metrics["miou"] = mean_iou(per_class)
+        metrics["iou"] = {n: (None if v is None else 100 * v) for n, v in zip(names, per_class)}
+    ctx.metrics.update(metrics)
+    return metrics
+
+
+class BenchConfig(BaseConfig):
+    """Time the packed binary layers against torch fp32 conv2d of the same shapes (each on the layer's real input
+    at size x size, batch 1), and the whole packed network against an fp32 U-Net of the same architecture."""
+
+    model: str
+    size: int = Field(256, ge=16)
+    repeats: int = Field(5, ge=1)
+    threads: int | None = Field(None, ge=1)  # torch / OpenMP threads (default: torch's)
+
+
+def run_bench(config: BenchConfig, ctx) -> dict:
+    import time
+
+    from toolkit.ops import has_op
+    from toolkit.segment.mbunet import UNet
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    kind = _model_kind(config.model)
+    packed, arch = load_packed(config.model) if kind == "packed" else (convert(load_model(config.model)[0]), None)
+    arch = arch or packed.arch
+    if config.size % 2 ** arch["depth"]:
+        raise BadInputError(f"size {config.size} must be a multiple of 2^depth = {2 ** arch['depth']}")
+    layers = time_layers(packed, config.size, config.repeats, ctx.seed)
+    reference = UNet(arch["width"], arch["depth"], arch["num_classes"], "fp32").eval()
+    x = torch.randn(1, 3, config.size, config.size)
+
+    def median_ms(fn):
+        with torch.no_grad():
+            fn()
+            times = []
+            for _ in range(config.repeats):
+                start = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - start) * 1000)
+        return sorted(times)[len(times) // 2]
+
+    metrics = {"fp32_ms": layers["fp32_ms"], "packed_ms": layers["packed_ms"],
+               "speedup": layers["fp32_ms"] / layers["packed_ms"],
+               "network_fp32_ms": median_ms(lambda: reference(x)), "network_packed_ms": median_ms(lambda: packed(x)),
+               "shape": f"1x3x{config.size}x{config.size}", "threads": torch.get_num_threads(),
+               "compiled_kernel": has_op("ternary_conv2d_sign")}
+    metrics["network_speedup"] = metrics["network_fp32_ms"] / metrics["network_packed_ms"]
+    if ctx.out is not None:
+        ctx.path("bench.json").write_text(json.dumps({**metrics, "layers": layers["layers"]}, indent=2))
+    ctx.metrics.update(metrics)
+    return metrics
