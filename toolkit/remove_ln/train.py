@@ -66,12 +66,12 @@ def run_remove_ln(config: RemoveLNConfig, ctx) -> dict:
     seqlen = config.seqlen or min(1024, original.config.n_positions)
     if seqlen > original.config.n_positions:
         raise BadInputError(f"seqlen {seqlen} exceeds the model's n_positions {original.config.n_positions}")
+    events = build_schedule(original.config.n_layer, config.steps, config.start_fraction, config.end_fraction,
+                            config.gaps)
     train_ids, eval_ids, eot_id = training_tokens(config, tokenizer)
     budget = config.steps * config.batch_size * config.grad_accum * seqlen
     if train_ids.numel() <= seqlen + 1:
         raise BadInputError(f"training text has {train_ids.numel()} tokens, fewer than one sequence of {seqlen}")
-    events = build_schedule(original.config.n_layer, config.steps, config.start_fraction, config.end_fraction,
-                            config.gaps)
     ctx.inputs["model"] = config.model
     ctx.metrics.update(train_tokens=budget, data_tokens=int(train_ids.numel()), seqlen=seqlen,
                        schedule={e.name: e.step for e in events})
@@ -345,7 +345,8 @@ def export_all(handle, tokenizer, eval_ids, seqlen, config: RemoveLNConfig, ctx,
         ex.save_folded(folded, tokenizer, ctx.path("model-folded"), {**metadata, "form": "folded"}, FOLDED_CARD)
         reloaded = ex.load_folded(ctx.path("model-folded"), ctx.device)
         diffs["folded"] = _max_diff(reloaded, probe, reference)
-        ctx.metrics.setdefault("ce_ln_free", window_ce(reloaded, eval_ids, seqlen, config.eval_windows, ctx.device))
+        if "ce_ln_free" not in ctx.metrics:
+            ctx.metrics["ce_ln_free"] = window_ce(reloaded, eval_ids, seqlen, config.eval_windows, ctx.device)
     ctx.metrics["export_max_abs_logit_diff"] = max(diffs.values())
     ctx.metrics["export_diffs"] = diffs
 
