@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from cli._options import ConfigOpt, DeviceOpt, DryRunOpt, JsonOpt, ModelOpt, OutOpt, OverwriteOpt, SeedOpt, SetOpt
+from cli._options import (
+    ConfigOpt,
+    DeviceOpt,
+    DryRunOpt,
+    JsonOpt,
+    ModelOpt,
+    OutOpt,
+    OverwriteOpt,
+    SeedOpt,
+    SetOpt,
+)
 from cli._runner import Common, execute
 
 app = typer.Typer(no_args_is_help=True, help="Explain model decisions.")
 
-ImagesOpt = Annotated[Optional[str], typer.Option("--data", "-d", help="Images: digits[:test|:train], .npy, or "
+ImagesOpt = Annotated[str | None, typer.Option("--data", "-d", help="Images: digits[:test|:train], .npy, or "
                                                                         ".npz with x (and y), values in [0, 1].")]
-EpsilonOpt = Annotated[Optional[float], typer.Option(help="L-inf radius of the perturbation box (default 0.05).")]
-SamplesOpt = Annotated[Optional[int], typer.Option("--n-samples", "-n", help="Images to explain (default 100).")]
-VerifyOpt = Annotated[Optional[str], typer.Option(help="none | exact: prove each explanation with a MILP (SCIP).")]
-AttackOpt = Annotated[Optional[str], typer.Option(help="pgd | fgsm | none: attack proving pixels necessary.")]
+EpsilonOpt = Annotated[float | None, typer.Option(help="L-inf radius of the perturbation box (default 0.05).")]
+SamplesOpt = Annotated[int | None, typer.Option("--n-samples", "-n", help="Images to explain (default 100).")]
+VerifyOpt = Annotated[str | None, typer.Option(help="none | exact: prove each explanation with a MILP (SCIP).")]
+AttackOpt = Annotated[str | None, typer.Option(help="pgd | fgsm | none: attack proving pixels necessary.")]
 
 
 def _formal_plan(config, ctx) -> dict:
@@ -32,8 +42,8 @@ def fame(
     data: ImagesOpt = None,
     epsilon: EpsilonOpt = None,
     n_samples: SamplesOpt = None,
-    knapsack: Annotated[Optional[str], typer.Option(help="greedy | exact (0/1 knapsack by SCIP).")] = None,
-    refine: Annotated[Optional[str], typer.Option(help="none | exact: MILP pass over the undecided pixels.")] = None,
+    knapsack: Annotated[str | None, typer.Option(help="greedy | exact (0/1 knapsack by SCIP).")] = None,
+    refine: Annotated[str | None, typer.Option(help="none | exact: MILP pass over the undecided pixels.")] = None,
     verify: VerifyOpt = None,
     attack: AttackOpt = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
@@ -58,8 +68,8 @@ def verix(
     data: ImagesOpt = None,
     epsilon: EpsilonOpt = None,
     n_samples: SamplesOpt = None,
-    order: Annotated[Optional[str], typer.Option(help="bounds (VERIX+) | sensitivity (VeriX).")] = None,
-    oracle: Annotated[Optional[str], typer.Option(help="crown | ibp | exact (MILP).")] = None,
+    order: Annotated[str | None, typer.Option(help="bounds (VERIX+) | sensitivity (VeriX).")] = None,
+    oracle: Annotated[str | None, typer.Option(help="crown | ibp | exact (MILP).")] = None,
     verify: VerifyOpt = None,
     attack: AttackOpt = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,

@@ -6,8 +6,15 @@ import pytest
 import torch
 from torch import nn
 
-from toolkit.explain.crown import (box_domains, cardinality_domains, concretize_upper, epsilon_box, margin_spec,
-                                   spec_bounds, top_m_sum)
+from toolkit.explain.crown import (
+    box_domains,
+    cardinality_domains,
+    concretize_upper,
+    epsilon_box,
+    margin_spec,
+    spec_bounds,
+    top_m_sum,
+)
 from toolkit.explain.net import AffineNet, to_affine_net
 
 
@@ -23,7 +30,7 @@ def one_thread():
 def mlp(seed, widths=(6, 5, 4, 3), shape=None):
     torch.manual_seed(seed)
     layers = []
-    for a, b in zip(widths[:-1], widths[1:]):
+    for a, b in itertools.pairwise(widths):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return to_affine_net(nn.Sequential(*layers[:-1]), shape or (widths[0],))
 

@@ -19,8 +19,15 @@ def _margin(net: AffineNet, points: torch.Tensor, spec: torch.Tensor) -> torch.T
 def max_margin_attack(net: AffineNet, x0: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor,
                       moving: torch.Tensor, label: int, method: str = "pgd", steps: int = 20, restarts: int = 2,
                       generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Best (margin, point) per row of `moving` (B, n) bool; a margin > 0 is a real counterexample."""
+    """Best (margin, point) per row of `moving` (B, n) bool; a margin > 0 is a real counterexample.
+
+    Every row is attacked once per rival class i (ascent on f_i - f_c, which has a useful gradient everywhere,
+    unlike the max over classes); the best real margin over rivals, restarts and steps is kept."""
     spec = margin_spec(net.n_classes, label)
+    rivals = spec.shape[0]
+    batch = moving.shape[0]
+    moving = moving.repeat_interleave(rivals, 0)
+    target = torch.arange(rivals).repeat(batch)
     lo = torch.where(moving, lower, x0)
     hi = torch.where(moving, upper, x0)
     width = hi - lo
@@ -34,14 +41,16 @@ def max_margin_attack(net: AffineNet, x0: torch.Tensor, lower: torch.Tensor, upp
         step = width if method == "fgsm" else 2.5 * width / steps
         for _ in range(n_steps):
             point = point.detach().requires_grad_(True)
-            margin = _margin(net, point, spec)
-            grad, = torch.autograd.grad(margin.sum(), point)
+            objective = (net(point) @ spec.T).gather(1, target[:, None]).sum()
+            grad, = torch.autograd.grad(objective, point)
             with torch.no_grad():
                 point = torch.minimum(torch.maximum(point + step * grad.sign(), lo), hi)
                 margin = _margin(net, point, spec)
                 better = margin > best_margin
                 best_margin = torch.where(better, margin, best_margin)
                 best_point[better] = point[better]
+    best_margin, pick = best_margin.reshape(batch, rivals).max(1)
+    best_point = best_point.reshape(batch, rivals, -1)[torch.arange(batch), pick]
     return best_margin.detach(), best_point.detach()
 
 

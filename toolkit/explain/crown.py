@@ -42,7 +42,7 @@ class Domain:
     def n_features(self) -> int:
         return self.free.shape[1]
 
-    def rows(self, index: torch.Tensor) -> "Domain":
+    def rows(self, index: torch.Tensor) -> Domain:
         return Domain(self.center, self.lower, self.upper, self.feature, self.free[index], self.candidate[index],
                       self.m[index])
 

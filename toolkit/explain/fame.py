@@ -20,8 +20,15 @@ from typing import Literal
 import torch
 
 from toolkit.core.config import BaseConfig
-from toolkit.explain.crown import (Domain, box_domains, cardinality_domains, certified, feature_slack, margin_spec,
-                                   spec_bounds)
+from toolkit.explain.crown import (
+    Domain,
+    box_domains,
+    cardinality_domains,
+    certified,
+    feature_slack,
+    margin_spec,
+    spec_bounds,
+)
 from toolkit.explain.net import AffineNet
 
 

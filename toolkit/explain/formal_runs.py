@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -94,7 +94,7 @@ def explain_images(config, ctx, method: str, explain: Callable[[AffineNet, Sampl
     """Explain every selected image; write explanations.json (+ overlays.png); return the metrics."""
     require(0 < config.epsilon <= 1, f"epsilon must be in (0, 1], got {config.epsilon}")
     require(config.n_samples >= 1 and config.start >= 0, "n_samples must be >= 1 and start >= 0")
-    net, meta = load_net(config.model)
+    net, _ = load_net(config.model)
     ctx.inputs["model"] = config.model
     images, labels = load_images(config.data, net)
     samples, skipped = select_samples(net, images, labels, config.epsilon, config.start, config.n_samples,
