@@ -140,6 +140,8 @@ def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch
         L, info = torch.linalg.cholesky_ex(system)
         if (info != 0).any():
             raise RunError("a restricted Hessian block H_RR is not positive definite", "raise percdamp")
-        x = torch.cholesky_solve(rhs.unsqueeze(2), L).squeeze(2) * okf
+        # two triangular solves: several times faster than cholesky_solve for batched single right-hand sides
+        y = torch.linalg.solve_triangular(L, rhs.unsqueeze(2), upper=False)
+        x = torch.linalg.solve_triangular(L.transpose(1, 2), y, upper=True).squeeze(2) * okf
         out[r0:r1].scatter_(1, ids, x)
     return out
