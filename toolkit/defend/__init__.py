@@ -1,0 +1,1 @@
+"""Inference-time defenses: X-GRAAD backdoor detection/neutralisation, attack tooling, STRIP and ONION baselines."""

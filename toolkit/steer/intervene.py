@@ -1,0 +1,150 @@
+"""Reading residual-stream activations and steering them during forward passes, through the core hooks.
+
+Activations are read at the output of decoder block l (the residual stream after the block) and the edit is
+applied at exactly the same place, so the estimated direction and the intervention live in the same space.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+
+from toolkit.core.errors import BadInputError, require
+from toolkit.models.adapters import adapter_for, first_module
+from toolkit.nn.hooks import capture, edit_output
+
+OPERATORS = ("add", "ablate")
+
+
+def layers_path(model) -> str:
+    adapter = adapter_for(model)
+    for path in adapter.layers:
+        if first_module(model, (path,)) is not None:
+            return path
+    raise BadInputError(f"model has none of the block lists {adapter.layers}")
+
+
+def num_layers(model) -> int:
+    return len(model.get_submodule(layers_path(model)))
+
+
+def check_layers(model, layers: Sequence[int]) -> list[int]:
+    total = num_layers(model)
+    require(len(layers) > 0, "give at least one layer")
+    for layer in layers:
+        require(0 <= layer < total, f"layer {layer} is out of range: the model has {total} blocks (0..{total - 1})")
+    return list(layers)
+
+
+def block_path(model, layer: int) -> str:
+    return f"{layers_path(model)}.{layer}"
+
+
+def context_length(model) -> int:
+    config = model.config
+    return int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 2048))
+
+
+def encode(tokenizer, texts: Sequence[str], max_tokens: int):
+    """Right-padded batch; a text longer than the model's context is an input error, not a silent truncation."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "right"
+    batch = tokenizer(list(texts), return_tensors="pt", padding=True)
+    lengths = batch["attention_mask"].sum(1)
+    longest = int(lengths.max())
+    if longest > max_tokens:
+        index = int(lengths.argmax())
+        raise BadInputError(f"text {index + 1} of a batch has {longest} tokens, longer than the model's context "
+                            f"of {max_tokens}: {texts[index][:60]!r}...")
+    require(int(lengths.min()) > 0, "an example text is empty")
+    return batch
+
+
+@torch.no_grad()
+def read_activations(model, tokenizer, texts: Sequence[str], layers: Sequence[int], position: str = "last",
+                     batch_size: int = 16, device: str = "cpu") -> dict[int, torch.Tensor]:
+    """{layer: (n, d)} residual stream after each block at the last token ('last') or averaged over tokens ('mean')."""
+    require(position in ("last", "mean"), f"unknown position '{position}'", "use last or mean")
+    require(len(texts) > 0, "no texts to read activations from")
+    paths = {layer: block_path(model, layer) for layer in layers}
+    rows: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
+    for start in range(0, len(texts), batch_size):
+        batch = encode(tokenizer, texts[start:start + batch_size], context_length(model)).to(device)
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        with capture(model, list(paths.values()), what="output") as records:
+            model(**batch)
+        for layer, path in paths.items():
+            hidden = records[path][0].float()
+            if position == "last":
+                last = batch["attention_mask"].sum(1) - 1
+                rows[layer].append(hidden[torch.arange(hidden.shape[0]), last].cpu())
+            else:
+                rows[layer].append(((hidden * mask).sum(1) / mask.sum(1)).cpu())
+    return {layer: torch.cat(parts) for layer, parts in rows.items()}
+
+
+def steer_fn(direction: torch.Tensor, alpha: float, operator: str = "add"):
+    """h -> h - alpha*v (add) or h -> h - alpha*(h.v_hat)v_hat (ablate: projection removal at alpha = 1)."""
+    require(operator in OPERATORS, f"unknown operator '{operator}'", f"use one of {', '.join(OPERATORS)}")
+    require(torch.isfinite(direction).all().item(), "the steering direction contains NaN/Inf")
+    if operator == "add":
+        def add(hidden: torch.Tensor) -> torch.Tensor:
+            return hidden - alpha * direction.to(hidden.device, hidden.dtype)
+        return add
+    unit = direction / direction.norm().clamp_min(1e-12)
+
+    def ablate(hidden: torch.Tensor) -> torch.Tensor:
+        v = unit.to(hidden.device, hidden.dtype)
+        return hidden - alpha * (hidden @ v).unsqueeze(-1) * v
+    return ablate
+
+
+@contextlib.contextmanager
+def steering(model, edits: Sequence[tuple[int, torch.Tensor]], alpha: float, operator: str = "add") -> Iterator[None]:
+    """Apply every (layer, direction) edit for the duration of the block (personalisation: several categories
+    or layers at once subtract the sum of their directions)."""
+    with contextlib.ExitStack() as stack:
+        for layer, direction in edits:
+            stack.enter_context(edit_output(model, block_path(model, layer), steer_fn(direction, alpha, operator)))
+        yield
+
+
+def model_fingerprint(model) -> str:
+    """sha256 (16 hex) of the architecture and a checksum of the embedding and first-block weights, so a direction
+    is never applied to a different model by accident."""
+    config = model.config
+    keys = ("model_type", "hidden_size", "num_hidden_layers", "n_layer", "n_embd", "vocab_size")
+    digest = hashlib.sha256(json.dumps({k: getattr(config, k, None) for k in keys}, sort_keys=True).encode())
+    embedding = model.get_input_embeddings().weight.detach().float()
+    first_block = next(model.get_submodule(block_path(model, 0)).parameters()).detach().float()
+    digest.update(f"{embedding.sum().item():.6e}|{embedding.abs().sum().item():.6e}".encode())
+    digest.update(f"{first_block.sum().item():.6e}|{first_block.abs().sum().item():.6e}".encode())
+    return digest.hexdigest()[:16]
+
+
+def save_directions(path: Path, directions: dict[int, torch.Tensor], metadata: dict) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {f"layer.{layer}": v.float().contiguous() for layer, v in directions.items()}
+    save_file(tensors, str(path), metadata={k: str(v) for k, v in metadata.items()})
+
+
+def load_directions(path: str | Path) -> tuple[dict[int, torch.Tensor], dict]:
+    from safetensors import safe_open
+
+    path = Path(path)
+    require(path.is_file(), f"direction file not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = dict(handle.metadata() or {})
+            directions = {int(key.split(".", 1)[1]): handle.get_tensor(key) for key in handle.keys()}
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's input problem
+        raise BadInputError(f"cannot read directions from {path}: {exc}") from None
+    require(bool(directions), f"{path} holds no directions")
+    return directions, metadata

@@ -1,0 +1,326 @@
+"""run() for `iclrkit steer pcms|ums|ilcs`, `steer generate` and `steer sweep`.
+
+Paper: "Inference-Time Personalized Safety Control via Paired Difference-in-Means Intervention" (PCMS),
+OpenReview https://openreview.net/forum?id=VHiHVBNy1M — no official repository. Layer, token position and alpha
+are not given by the paper, so they are knobs here and `steer sweep` reports the whole grid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Literal, Optional
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.errors import BadInputError, require
+
+Method = Literal["pcms", "ums", "ilcs"]
+Position = Literal["last", "mean"]
+Operator = Literal["add", "ablate"]
+
+
+class SteerConfig(BaseConfig):
+    """Estimate a category direction at chosen layers from {undesired, neutral} examples."""
+
+    model: str
+    data: str  # JSONL; a record with both `undesired` and `neutral` is a topic-matched pair
+    method: Method = "pcms"
+    layers: Optional[list[int]] = None  # default: the middle block
+    position: Position = "last"  # read h at the last token or averaged over tokens
+    pair_index: int = 0  # ILCS: which pair gives the single-instance direction
+    split_repeats: int = 20  # random halvings averaged in the split-half cosine
+    batch_size: int = 16
+
+
+class GenerateConfig(BaseConfig):
+    """Generate with one or more saved directions subtracted (personalisation: several categories at once)."""
+
+    model: str
+    directions: list[str]
+    prompts: list[str] = []
+    data: Optional[str] = None  # JSONL with a `prompt` field, added to `prompts`
+    alpha: float = 1.0
+    operator: Operator = "add"
+    layers: Optional[list[int]] = None  # default: every layer stored in the direction files
+    max_new_tokens: int = 40
+    batch_size: int = 16
+
+
+class SweepConfig(BaseConfig):
+    """Method x layer x alpha grid with category probability, neutral KL, perplexity ratio and stability."""
+
+    model: str
+    data: str
+    prompts: str  # JSONL {prompt, kind: category|neutral}
+    lexicon: list[str]
+    judge_data: Optional[str] = None  # {undesired, neutral} texts for the embedding classifier (default: data)
+    judge_encoder: str = "minilm"  # 'minilm' = the installed all-MiniLM-L6-v2, or a local encoder directory
+    neutral_text: Optional[str] = None  # perplexity text (default: the neutral prompts)
+    ppl_tokens: int = 2048
+    methods: list[Method] = ["pcms", "ums", "ilcs"]
+    layers: Optional[list[int]] = None  # default: 3 blocks spread over the middle third
+    alphas: list[float] = [0.5, 1.0, 2.0, 4.0]
+    operator: Operator = "add"
+    position: Position = "last"
+    unit_norm: bool = False  # scale v to length 1 (alpha in activation units) instead of the raw mean shift
+    max_new_tokens: int = 32
+    split_repeats: int = 20
+    pair_index: int = 0
+    batch_size: int = 16
+
+
+def load_examples(path: str) -> tuple[list[str], list[str], int]:
+    """(undesired, neutral, n_pairs): paired records come first, in file order, so row i of each list is pair i."""
+    from toolkit.data.text import read_jsonl
+
+    records = read_jsonl(path)
+    paired = [r for r in records if "undesired" in r and "neutral" in r]
+    lone_u = [r["undesired"] for r in records if "undesired" in r and "neutral" not in r]
+    lone_n = [r["neutral"] for r in records if "neutral" in r and "undesired" not in r]
+    require(all("undesired" in r or "neutral" in r for r in records),
+            f"{path}: every record needs an 'undesired' and/or a 'neutral' text")
+    undesired = [r["undesired"] for r in paired] + lone_u
+    neutral = [r["neutral"] for r in paired] + lone_n
+    for text in undesired + neutral:
+        require(isinstance(text, str) and text.strip() != "", f"{path}: example texts must be non-empty strings")
+    require(len(undesired) > 0 and len(neutral) > 0, f"{path}: need at least one undesired and one neutral example")
+    return undesired, neutral, len(paired)
+
+
+def _method_inputs(method: str, undesired, neutral, n_pairs: int):
+    """Paired estimators see only the pairs; UMS sees every example."""
+    if method == "ums":
+        return undesired, neutral
+    require(n_pairs >= 1, f"{method.upper()} needs paired records (both 'undesired' and 'neutral' on one line)")
+    return undesired[:n_pairs], neutral[:n_pairs]
+
+
+def _default_layers(total: int, count: int) -> list[int]:
+    low, high = total // 3, (2 * total) // 3
+    if count == 1:
+        return [total // 2]
+    return sorted({round(low + i * (high - low) / (count - 1)) for i in range(count)})
+
+
+def _load(model_spec: str, ctx):
+    from toolkit.models.source import load_model
+
+    model, tokenizer = load_model(model_spec, ctx.device, ctx.torch_dtype)
+    ctx.inputs["model"] = model_spec
+    return model, tokenizer
+
+
+def run_estimate(config: SteerConfig, ctx) -> dict:
+    from toolkit.steer.estimators import estimate, split_half_cosine
+    from toolkit.steer.intervene import (check_layers, model_fingerprint, num_layers, read_activations,
+                                         save_directions)
+
+    undesired, neutral, n_pairs = load_examples(config.data)
+    undesired, neutral = _method_inputs(config.method, undesired, neutral, n_pairs)
+    model, tokenizer = _load(config.model, ctx)
+    layers = check_layers(model, config.layers or _default_layers(num_layers(model), 1))
+    acts_u = read_activations(model, tokenizer, undesired, layers, config.position, config.batch_size, ctx.device)
+    acts_n = read_activations(model, tokenizer, neutral, layers, config.position, config.batch_size, ctx.device)
+    directions, per_layer = {}, {}
+    for layer in layers:
+        directions[layer] = estimate(config.method, acts_u[layer], acts_n[layer], config.pair_index)
+        stats = {"norm": float(directions[layer].norm())}
+        if min(len(undesired), len(neutral)) >= 2:
+            stats["split_half_cosine"] = split_half_cosine(config.method, acts_u[layer], acts_n[layer],
+                                                           config.split_repeats, ctx.seed)
+        per_layer[str(layer)] = stats
+    save_directions(ctx.path("directions.safetensors"), directions,
+                    {"method": config.method, "layers": json.dumps(layers), "position": config.position,
+                     "model": config.model, "model_fingerprint": model_fingerprint(model)})
+    ctx.metrics.update({"method": config.method, "n_undesired": len(undesired), "n_neutral": len(neutral),
+                        "n_pairs": n_pairs, "layers": per_layer})
+    return ctx.metrics
+
+
+def _prompt_list(config: GenerateConfig) -> list[str]:
+    from toolkit.data.text import read_jsonl
+
+    prompts = list(config.prompts)
+    if config.data:
+        prompts += [str(r["prompt"]) for r in read_jsonl(config.data, required=("prompt",))]
+    require(len(prompts) > 0, "no prompts: pass --prompt TEXT or --data FILE.jsonl with a 'prompt' field")
+    return prompts
+
+
+def load_checked_directions(paths: list[str], model, layers: Optional[list[int]]):
+    """[(layer, v)] from the files, refusing a file made on another model or a layer the model does not have."""
+    from toolkit.steer.intervene import check_layers, load_directions, model_fingerprint
+
+    require(len(paths) > 0, "give at least one --direction file")
+    fingerprint, edits = model_fingerprint(model), []
+    for path in paths:
+        directions, metadata = load_directions(path)
+        stored = metadata.get("model_fingerprint")
+        if stored and stored != fingerprint:
+            raise BadInputError(f"{path} was estimated on another model (fingerprint {stored}, this model {fingerprint})",
+                                f"it was made from {metadata.get('model', '?')}")
+        wanted = layers or sorted(directions)
+        for layer in check_layers(model, wanted):
+            require(layer in directions, f"{path} has no direction for layer {layer} (it has {sorted(directions)})")
+            edits.append((layer, directions[layer]))
+    return edits
+
+
+def run_generate(config: GenerateConfig, ctx) -> dict:
+    from toolkit.steer.evaluate import generate
+    from toolkit.steer.intervene import steering
+
+    prompts = _prompt_list(config)
+    model, tokenizer = _load(config.model, ctx)
+    edits = load_checked_directions(config.directions, model, config.layers)
+    with steering(model, edits, config.alpha, config.operator):
+        steered, _ = generate(model, tokenizer, prompts, config.max_new_tokens, None, config.batch_size, ctx.device)
+    plain, _ = generate(model, tokenizer, prompts, config.max_new_tokens, None, config.batch_size, ctx.device)
+    with ctx.path("generations.jsonl").open("w") as handle:
+        for prompt, text, base in zip(prompts, steered, plain):
+            handle.write(json.dumps({"prompt": prompt, "steered": text, "unsteered": base}) + "\n")
+    ctx.metrics.update({"prompts": len(prompts), "edits": len(edits), "alpha": config.alpha,
+                        "operator": config.operator, "changed": sum(a != b for a, b in zip(steered, plain))})
+    return ctx.metrics
+
+
+def _sweep_prompts(path: str) -> tuple[list[str], list[str]]:
+    from toolkit.data.text import read_jsonl
+
+    records = read_jsonl(path, required=("prompt", "kind"))
+    category = [str(r["prompt"]) for r in records if r["kind"] == "category"]
+    neutral = [str(r["prompt"]) for r in records if r["kind"] == "neutral"]
+    require(len(category) > 0 and len(neutral) > 0,
+            f"{path}: need prompts of kind 'category' and of kind 'neutral'")
+    return category, neutral
+
+
+def _encoder_dir(spec: str) -> str:
+    from toolkit.defend.attacks import encoder_dir
+
+    return str(encoder_dir(spec))
+
+
+class _Evaluator:
+    """Scores one steering setting against the unsteered model (measured once)."""
+
+    def __init__(self, config: SweepConfig, model, tokenizer, ctx):
+        from toolkit.data.text import tokenize
+        from toolkit.steer.evaluate import EmbeddingClassifier, lexicon_token_ids
+
+        self.config, self.model, self.tokenizer, self.ctx = config, model, tokenizer, ctx
+        self.category, self.neutral = _sweep_prompts(config.prompts)
+        judge_u, judge_n, _ = load_examples(config.judge_data or config.data)
+        self.judge = EmbeddingClassifier(_encoder_dir(config.judge_encoder), ctx.device)
+        self.judge_train_acc = self.judge.fit(judge_u, judge_n)
+        self.lexicon_ids = lexicon_token_ids(tokenizer, config.lexicon)
+        text = "\n".join(self.neutral) if config.neutral_text is None else _load_text(config.neutral_text)
+        self.ppl_ids = tokenize(tokenizer, text)[: config.ppl_tokens]
+        self.base = self.measure()
+
+    def measure(self) -> dict:
+        from toolkit.eval.perplexity import perplexity
+        from toolkit.steer.evaluate import generate, lexicon_rate, next_token_logprobs
+
+        cfg, device = self.config, self.ctx.device
+        texts, mass = generate(self.model, self.tokenizer, self.category, cfg.max_new_tokens, self.lexicon_ids,
+                               cfg.batch_size, device)
+        return {"texts": texts, "lexicon_mass": mass, "lexicon_rate": lexicon_rate(texts, cfg.lexicon),
+                "category_prob": self.judge.probability(texts),
+                "logprobs": next_token_logprobs(self.model, self.tokenizer, self.neutral, device, cfg.batch_size),
+                "ppl": perplexity(self.model, self.ppl_ids, max_length=256, device=device)["ppl"]}
+
+    def row(self, steered: dict) -> dict:
+        from toolkit.steer.evaluate import mean_kl
+
+        base = self.base
+        return {"category_prob": steered["category_prob"],
+                "category_prob_drop": _drop(base["category_prob"], steered["category_prob"]),
+                "lexicon_mass": steered["lexicon_mass"],
+                "lexicon_drop": _drop(base["lexicon_mass"], steered["lexicon_mass"]),
+                "lexicon_rate": steered["lexicon_rate"],
+                "neutral_kl": mean_kl(base["logprobs"], steered["logprobs"]),
+                "neutral_ppl_ratio": steered["ppl"] / base["ppl"],
+                "example": steered["texts"][0]}
+
+
+def _load_text(source: str) -> str:
+    from toolkit.data.text import load_text
+
+    return load_text(source)
+
+
+def _drop(before: float, after: float) -> float:
+    return 1.0 - after / before if before > 0 else 0.0
+
+
+def run_sweep(config: SweepConfig, ctx) -> dict:
+    from toolkit.steer.estimators import estimate, split_half_cosine
+    from toolkit.steer.intervene import check_layers, num_layers, read_activations, steering
+
+    require(len(config.alphas) > 0 and all(math.isfinite(a) for a in config.alphas), "alphas must be finite numbers")
+    require(len(config.lexicon) > 0, "the lexicon is empty")
+    undesired, neutral, n_pairs = load_examples(config.data)
+    model, tokenizer = _load(config.model, ctx)
+    layers = check_layers(model, config.layers or _default_layers(num_layers(model), 3))
+    acts_u = read_activations(model, tokenizer, undesired, layers, config.position, config.batch_size, ctx.device)
+    acts_n = read_activations(model, tokenizer, neutral, layers, config.position, config.batch_size, ctx.device)
+    evaluator = _Evaluator(config, model, tokenizer, ctx)
+    rows = []
+    grid = [(m, layer, a) for m in config.methods for layer in layers for a in config.alphas]
+    for method, layer, alpha in ctx.progress(grid, total=len(grid), description="sweep"):
+        sel_u, sel_n = _method_inputs(method, acts_u[layer], acts_n[layer], n_pairs)
+        direction = estimate(method, sel_u, sel_n, config.pair_index)
+        if config.unit_norm:
+            direction = direction / direction.norm().clamp_min(1e-12)
+        with steering(model, [(layer, direction)], alpha, config.operator):
+            scores = evaluator.row(evaluator.measure())
+        stability = split_half_cosine(method, sel_u, sel_n, config.split_repeats, ctx.seed)
+        rows.append({"method": method, "layer": layer, "alpha": alpha, "operator": config.operator,
+                     "direction_norm": float(direction.norm()), "split_half_cosine": stability, **scores})
+    base = {k: v for k, v in evaluator.base.items() if k in ("category_prob", "lexicon_mass", "lexicon_rate", "ppl")}
+    ctx.path("results.json").write_text(json.dumps({"baseline": base, "rows": rows}, indent=2))
+    plot_sweep(rows, ctx.path("sweep.png"))
+    ctx.baselines.update({"unsteered": base})
+    ctx.metrics.update({"settings": len(rows), "judge_train_accuracy": evaluator.judge_train_acc,
+                        "lexicon_tokens": len(evaluator.lexicon_ids), "best": _best(rows)})
+    return ctx.metrics
+
+
+def _best(rows: list[dict], max_kl: float = 0.05) -> dict:
+    """Per method, the largest category drop among settings with neutral KL <= max_kl."""
+    best = {}
+    for row in rows:
+        if row["neutral_kl"] <= max_kl and row["category_prob_drop"] > best.get(row["method"], {}).get("drop", -1e9):
+            best[row["method"]] = {"drop": row["category_prob_drop"], "layer": row["layer"], "alpha": row["alpha"],
+                                   "neutral_kl": row["neutral_kl"]}
+    return best
+
+
+def plot_sweep(rows: list[dict], path) -> None:
+    """One column per layer: category-probability drop (top) and neutral KL (bottom) against alpha, per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layers = sorted({r["layer"] for r in rows})
+    methods = sorted({r["method"] for r in rows})
+    fig, axes = plt.subplots(2, len(layers), figsize=(4 * len(layers), 6), squeeze=False)
+    for col, layer in enumerate(layers):
+        for method in methods:
+            sel = sorted((r for r in rows if r["layer"] == layer and r["method"] == method), key=lambda r: r["alpha"])
+            alphas = [r["alpha"] for r in sel]
+            axes[0][col].plot(alphas, [r["category_prob_drop"] for r in sel], marker="o", label=method.upper())
+            axes[1][col].plot(alphas, [r["neutral_kl"] for r in sel], marker="o", label=method.upper())
+        axes[0][col].set_title(f"layer {layer}")
+        axes[0][col].axhline(0.5, color="grey", lw=0.5, ls="--")
+        axes[1][col].axhline(0.05, color="grey", lw=0.5, ls="--")
+        axes[1][col].set_xlabel("alpha")
+        axes[1][col].set_yscale("symlog", linthresh=0.01)
+    axes[0][0].set_ylabel("category prob drop")
+    axes[1][0].set_ylabel("neutral KL (nats)")
+    axes[0][0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
