@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from cli._options import (ConfigOpt, DataOpt, DeviceOpt, DryRunOpt, DtypeOpt, JsonOpt, ModelOpt, OutOpt,
-                          OverwriteOpt, ResumeOpt, SeedOpt, SetOpt)
+from cli._options import (
+    ConfigOpt,
+    DataOpt,
+    DeviceOpt,
+    DryRunOpt,
+    DtypeOpt,
+    JsonOpt,
+    ModelOpt,
+    OutOpt,
+    OverwriteOpt,
+    ResumeOpt,
+    SeedOpt,
+    SetOpt,
+)
 from cli._runner import Common, execute
 
 app = typer.Typer(no_args_is_help=True, help="Remove LayerNorm from GPT-2 by fine-tuning (arXiv 2507.02559).")
 
 
 def _plan(config, ctx) -> dict:
-    from toolkit.remove_ln.schedule import build_schedule
-    from toolkit.models.source import resolve_model_path
-
+    """--dry-run: the model's depth, the token budget and the exact removal step of every LayerNorm."""
     import json
     from pathlib import Path
+
+    from toolkit.models.source import resolve_model_path
+    from toolkit.remove_ln.schedule import build_schedule
 
     source = resolve_model_path(config.model)
     arch = json.loads((Path(source) / "config.json").read_text()) if Path(str(source)).is_dir() else {}
@@ -40,17 +53,17 @@ def _plan(config, ctx) -> dict:
 def run(
     model: ModelOpt,
     data: DataOpt = None,
-    eval_data: Annotated[Optional[str], typer.Option(help="Text for CE (default: 5% held out of --data).")] = None,
-    steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (paper: 300 for GPT-2 small).")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Sequences per micro-batch.")] = None,
-    grad_accum: Annotated[Optional[int], typer.Option(help="Micro-batches per optimizer step.")] = None,
-    seqlen: Annotated[Optional[int], typer.Option(help="Tokens per sequence (default min(1024, n_positions)).")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Peak learning rate (paper 6e-4).")] = None,
-    sigma_mode: Annotated[Optional[str], typer.Option(
+    eval_data: Annotated[str | None, typer.Option(help="Text for CE (default: 5% held out of --data).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Optimizer steps (paper: 300 for GPT-2 small).")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Sequences per micro-batch.")] = None,
+    grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per optimizer step.")] = None,
+    seqlen: Annotated[int | None, typer.Option(help="Tokens per sequence (default min(1024, n_positions)).")] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate (paper 6e-4).")] = None,
+    sigma_mode: Annotated[str | None, typer.Option(
         help="recompute_on_real (paper) | recompute_on_fake | initial: how σ_avg is tracked.")] = None,
-    vanilla_control: Annotated[Optional[bool], typer.Option(
+    vanilla_control: Annotated[bool | None, typer.Option(
         "--vanilla-control/--no-vanilla-control", help="Also fine-tune with LayerNorm on the same tokens.")] = None,
-    export: Annotated[Optional[str], typer.Option(help="plain | folded | both.")] = None,
+    export: Annotated[str | None, typer.Option(help="plain | folded | both.")] = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
     overwrite: OverwriteOpt = False, resume: ResumeOpt = False,
@@ -72,9 +85,9 @@ def run(
 def analyze(
     model: ModelOpt,
     data: DataOpt = None,
-    reference: Annotated[Optional[str], typer.Option(help="Compare with this model (e.g. the original).")] = None,
-    seqlen: Annotated[Optional[int], typer.Option(help="Tokens per window (default min(128, n_positions)).")] = None,
-    windows: Annotated[Optional[int], typer.Option(help="Windows for DLA.")] = None,
+    reference: Annotated[str | None, typer.Option(help="Compare with this model (e.g. the original).")] = None,
+    seqlen: Annotated[int | None, typer.Option(help="Tokens per window (default min(128, n_positions)).")] = None,
+    windows: Annotated[int | None, typer.Option(help="Windows for DLA.")] = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
     overwrite: OverwriteOpt = False,

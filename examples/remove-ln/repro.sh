@@ -36,18 +36,19 @@ echo "model $MODEL: LN removal and vanilla fine-tune, $STEPS steps x $BATCH x $S
   --windows 32 --set eval_windows=400 --json > "$OUT/analyze_folded.json"
 
 if [ "${SCALING:-0}" = "1" ]; then
+  # Token need vs depth: same steps (room for every LN of a 6-layer model), growing batch; LN removal only, compared
+  # with each model's own original CE. Each depth gets its own zoo dir under OUT (kept apart from the user cache).
   mkdir -p "$OUT/scaling"
-  # Token need vs depth: each depth is its own zoo (the zoo cache key does not include --layers).
-  for LAYERS in 2 4 6; do
-    SPEC=$(ICLRKIT_ZOO_DIR="$OUT/zoo-L$LAYERS" model_spec "$ICLRKIT" zoo build gpt2-small \
-           --data "$DATA/valid.txt" --layers $LAYERS)
-    for FRACTION in ${FRACTIONS:-0.05 0.1 0.2}; do
-      S=$(ICLRKIT_ZOO_DIR="$OUT/zoo-L$LAYERS" budget_steps "$SPEC" "$FRACTION")
-      echo "scaling: $LAYERS layers, $S steps" >&2
-      ICLRKIT_ZOO_DIR="$OUT/zoo-L$LAYERS" "$ICLRKIT" remove-ln run -m "$SPEC" -d "$DATA/valid.txt" \
-        --eval-data "$DATA/test.txt" --steps "$S" --batch-size $BATCH --seqlen $SEQLEN --vanilla-control \
-        --set eval_windows=400 -o "$OUT/scaling/L$LAYERS-f$FRACTION" --overwrite --json \
-        > "$OUT/scaling/L$LAYERS-f$FRACTION.json" || echo "scaling run L$LAYERS f$FRACTION failed" >&2
+  for LAYERS in ${SCALING_LAYERS:-2 4 6}; do
+    if [ "$LAYERS" = 4 ]; then SPEC=$MODEL; ZOO=${ICLRKIT_ZOO_DIR:-$HOME/.cache/iclrkit/zoo}; else
+      ZOO="$OUT/zoo-L$LAYERS"
+      SPEC=$(ICLRKIT_ZOO_DIR="$ZOO" model_spec "$ICLRKIT" zoo build gpt2-small --data "$DATA/valid.txt" --layers $LAYERS)
+    fi
+    for B in ${SCALING_BATCHES:-2 4 8}; do
+      echo "scaling: $LAYERS layers, 80 steps x $B x $SEQLEN" >&2
+      ICLRKIT_ZOO_DIR="$ZOO" "$ICLRKIT" remove-ln run -m "$SPEC" -d "$DATA/valid.txt" --eval-data "$DATA/test.txt" \
+        --steps 80 --batch-size "$B" --seqlen $SEQLEN --set eval_windows=100 -o "$OUT/scaling/L$LAYERS-b$B" \
+        --overwrite --json > "$OUT/scaling/L$LAYERS-b$B.json" || echo "scaling run L$LAYERS b$B failed" >&2
     done
   done
 fi

@@ -16,25 +16,22 @@ def load(path: Path) -> dict | None:
 
 def scaling_rows(out: Path) -> list[dict]:
     rows = []
-    for path in sorted((out / "scaling").glob("L*-f*.json")):
+    for path in (out / "scaling").glob("L*-b*.json"):
         record = load(path)
         if not record:
             continue
-        layers, fraction = path.stem[1:].split("-f")
-        m, b = record["metrics"], record["baselines"]
-        rows.append({"layers": int(layers), "fraction": float(fraction), "train_tokens": m["train_tokens"],
-                     "ce_original": m["ce_original"], "ce_vanilla_ft": b.get("ce_vanilla_ft"),
-                     "ce_ln_free": m["ce_ln_free"], "ce_naive_removal": m["ce_naive_removal"],
-                     "gap_vs_vanilla": m.get("ce_gap_vs_vanilla")})
-    return rows
+        m = record["metrics"]
+        rows.append({"layers": int(path.stem[1:].split("-b")[0]), "train_tokens": m["train_tokens"],
+                     "ce_original": m["ce_original"], "ce_ln_free": m["ce_ln_free"],
+                     "ce_naive_removal": m["ce_naive_removal"], "gap_vs_original": m["ce_ln_free"] - m["ce_original"]})
+    return sorted(rows, key=lambda r: (r["layers"], r["train_tokens"]))
 
 
 def tokens_needed(rows: list[dict], tolerance: float) -> dict:
-    """Per depth: the smallest swept budget whose LN-free CE is within `tolerance` nats of vanilla FT."""
+    """Per depth: the smallest swept budget whose LN-free CE is within `tolerance` nats of the original model's."""
     need = {}
     for layers in sorted({r["layers"] for r in rows}):
-        ok = [r["train_tokens"] for r in rows if r["layers"] == layers and r["gap_vs_vanilla"] is not None
-              and r["gap_vs_vanilla"] <= tolerance]
+        ok = [r["train_tokens"] for r in rows if r["layers"] == layers and r["gap_vs_original"] <= tolerance]
         need[str(layers)] = min(ok) if ok else None
     return need
 
@@ -63,24 +60,21 @@ def main(out: Path) -> None:
     rows = scaling_rows(out)
     if rows:
         results["scaling"] = rows
-        results["scaling_tokens_needed_gap_le_0.05"] = tokens_needed(rows, 0.05)
-        results["scaling_tokens_needed_gap_le_0.15"] = tokens_needed(rows, 0.15)
+        results["scaling_tokens_needed"] = {f"gap_vs_original_le_{t}": tokens_needed(rows, t) for t in (0.02, 0.05)}
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    print(f"| metric | value |\n|---|---|")
+    print("| metric | value |\n|---|---|")
     for key in ("ce_original", "ce_vanilla_ft", "ce_ln_free", "ce_naive_removal", "export_max_abs_logit_diff",
                 "dla_max_abs_err", "dla_max_abs_err_original_fixed_scale", "train_tokens"):
         value = results[key]
         print(f"| {key} | {value:.4g} |" if isinstance(value, float) else f"| {key} | {value} |")
     print(f"| ce_ln_free - ce_vanilla_ft | {results['ce_ln_free'] - results['ce_vanilla_ft']:+.4f} |")
     if rows:
-        print("\n| layers | train tokens | CE original | CE vanilla FT | CE LN-free | CE naive | gap vs vanilla |")
-        print("|---|---|---|---|---|---|---|")
+        print("\n| layers | train tokens | CE original | CE LN-free | CE naive removal | LN-free - original |")
+        print("|---|---|---|---|---|---|")
         for r in rows:
-            vanilla = "-" if r["ce_vanilla_ft"] is None else f"{r['ce_vanilla_ft']:.4f}"
-            gap = "-" if r["gap_vs_vanilla"] is None else f"{r['gap_vs_vanilla']:+.4f}"
-            print(f"| {r['layers']} | {r['train_tokens']} | {r['ce_original']:.4f} | {vanilla} | "
-                  f"{r['ce_ln_free']:.4f} | {r['ce_naive_removal']:.4f} | {gap} |")
-        print("\ntokens needed (gap <= 0.05 nats):", results["scaling_tokens_needed_gap_le_0.05"])
+            print(f"| {r['layers']} | {r['train_tokens']} | {r['ce_original']:.4f} | {r['ce_ln_free']:.4f} | "
+                  f"{r['ce_naive_removal']:.4f} | {r['gap_vs_original']:+.4f} |")
+        print("\ntokens needed:", results["scaling_tokens_needed"])
 
 
 if __name__ == "__main__":

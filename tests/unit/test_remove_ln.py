@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
+from torch import nn
 
 from toolkit.core.context import RunContext
 from toolkit.core.errors import BadInputError
 from toolkit.remove_ln.analyze import direct_logit_attribution
-from toolkit.remove_ln.export import has_no_layernorm, load_folded, save_folded, to_folded, to_plain
-from toolkit.remove_ln.fakeln import FakeLayerNorm, SpecialTokens, check_supported, convert, measure_sigmas, remove_all
+from toolkit.remove_ln.export import (
+    has_no_layernorm,
+    load_folded,
+    save_folded,
+    to_folded,
+    to_plain,
+)
+from toolkit.remove_ln.fakeln import (
+    FakeLayerNorm,
+    SpecialTokens,
+    check_supported,
+    convert,
+    measure_sigmas,
+    remove_all,
+)
 from toolkit.remove_ln.schedule import KINDS, apply_schedule, build_schedule
 from toolkit.remove_ln.train import RemoveLNConfig, lr_factor, model_fingerprint, train
 
@@ -201,7 +214,7 @@ def test_export_refuses_a_model_with_layernorm_still_active():
 
 
 def test_dla_sums_to_logits_on_ln_free_but_not_on_original():
-    model, handle = removed_model()
+    _, handle = removed_model()
     ids = token_ids(4)
     for exported in (to_plain(handle), to_folded(handle)):
         result = direct_logit_attribution(exported, ids)

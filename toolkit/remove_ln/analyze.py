@@ -9,10 +9,8 @@ token's own std replaces s, and the sum misses the logits by the (reported) erro
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
-import torch.nn as nn
+from torch import nn
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError
@@ -24,11 +22,11 @@ class AnalyzeConfig(BaseConfig):
     Paper: https://arxiv.org/abs/2507.02559 — official code https://github.com/submarat/removing-layer-norm."""
 
     model: str
-    reference: Optional[str] = None  # e.g. the original model: its CE and DLA error are reported beside
-    data: Optional[str] = None  # text for CE and DLA
-    seqlen: Optional[int] = None  # default min(128, n_positions)
+    reference: str | None = None  # e.g. the original model: its CE and DLA error are reported beside
+    data: str | None = None  # text for CE and DLA
+    seqlen: int | None = None  # default min(128, n_positions)
     windows: int = 16  # DLA on this many windows
-    eval_windows: Optional[int] = 200  # CE on at most this many windows
+    eval_windows: int | None = 200  # CE on at most this many windows
     top: int = 10  # components listed by mean |DLA| on the correct next token
 
 

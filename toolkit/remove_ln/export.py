@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from toolkit.core.errors import BadInputError
 from toolkit.remove_ln.fakeln import FakeLNModel

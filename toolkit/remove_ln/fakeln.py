@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from toolkit.core.errors import BadInputError
 
@@ -149,7 +149,7 @@ def convert(model: nn.Module, eot_id: int | None, momentum: float = 0.9,
     specials = SpecialTokens(eot_id)
     model.add_module("remove_ln_specials", specials)
     handle = FakeLNModel(model=model, specials=specials)
-    make = lambda norm, name: FakeLayerNorm(norm, specials, name, momentum, sigma_mode)  # noqa: E731
+    make = lambda norm, name: FakeLayerNorm(norm, specials, name, momentum, sigma_mode)
     for index, block in enumerate(model.transformer.h):
         handle.ln2.append(make(block.ln_2, f"blocks.{index}.ln_2"))
         handle.ln1_qk.append(make(block.ln_1, f"blocks.{index}.ln_1_qk"))

@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import os
-from typing import Literal, Optional
+from typing import Literal
 
 import torch
 
@@ -29,12 +29,12 @@ class RemoveLNConfig(BaseConfig):
     paper sets to 480 × 1024 tokens per step (~0.5M) and which is sized here for the machine at hand."""
 
     model: str
-    data: Optional[str] = None  # training text (.txt/.jsonl/embedded/hub id)
-    eval_data: Optional[str] = None  # CE text; default: a held-out 5% paragraph split of `data`
+    data: str | None = None  # training text (.txt/.jsonl/embedded/hub id)
+    eval_data: str | None = None  # CE text; default: a held-out 5% paragraph split of `data`
     steps: int = 300  # optimizer steps (official gpt2: 300)
     batch_size: int = 8  # sequences per micro-batch
     grad_accum: int = 1  # micro-batches per optimizer step
-    seqlen: Optional[int] = None  # tokens per sequence; default min(1024, n_positions)
+    seqlen: int | None = None  # tokens per sequence; default min(1024, n_positions)
     lr: float = 6e-4  # peak LR of cosine_with_min_lr (official 6e-4)
     min_lr: float = 3e-4  # final LR (official 3e-4)
     warmup_fraction: float = 20 / 300  # warmup steps / steps (official 20 of 300)
@@ -48,7 +48,7 @@ class RemoveLNConfig(BaseConfig):
     eot_split: Literal["none", "line", "paragraph"] = "line"  # append EOT after each line/paragraph of `data`
     vanilla_control: bool = False  # also fine-tune with LayerNorm on the same tokens (the paper's baseline)
     export: Literal["plain", "folded", "both"] = "plain"
-    eval_windows: Optional[int] = 200  # CE on at most this many seqlen windows (None: all)
+    eval_windows: int | None = 200  # CE on at most this many seqlen windows (None: all)
     calibration_batches: int = 4  # batches for the initial σ (the official std dicts)
     checkpoint_every: int = 50  # steps between --resume checkpoints
     log_every: int = 25
@@ -56,8 +56,7 @@ class RemoveLNConfig(BaseConfig):
 
 def run_remove_ln(config: RemoveLNConfig, ctx) -> dict:
     from toolkit.models.source import load_model
-    from toolkit.remove_ln import export as ex
-    from toolkit.remove_ln.fakeln import check_supported, convert, measure_sigmas, remove_all
+    from toolkit.remove_ln.fakeln import check_supported, convert, measure_sigmas
     from toolkit.remove_ln.schedule import build_schedule
 
     _validate(config)
@@ -90,7 +89,7 @@ def run_remove_ln(config: RemoveLNConfig, ctx) -> dict:
         raise RunError("the schedule did not switch every LayerNorm off")
     ctx.metrics.update(final_train_loss=loss, sigmas=handle.sigmas())
     ctx.metrics["ce_fakeln"] = window_ce(model, eval_ids, seqlen, config.eval_windows, ctx.device)
-    export_all(handle, tokenizer, eval_ids, seqlen, config, ctx, ex)
+    export_all(handle, tokenizer, eval_ids, seqlen, config, ctx)
     if config.vanilla_control:
         vanilla = copy.deepcopy(original)
         train(vanilla, train_ids, config, ctx, seqlen, fingerprint, "vanilla")
@@ -322,11 +321,12 @@ def _resume(model, optimizer, scheduler, generator, ctx, phase, fingerprint) -> 
     return state["step"]
 
 
-def export_all(handle, tokenizer, eval_ids, seqlen, config: RemoveLNConfig, ctx, ex) -> None:
+def export_all(handle, tokenizer, eval_ids, seqlen, config: RemoveLNConfig, ctx) -> None:
     """Write the chosen export form(s), reload each from disk, and compare its logits with the FakeLN model."""
     from transformers import GPT2LMHeadModel
 
     from toolkit.models.save import save_model
+    from toolkit.remove_ln import export as ex
 
     probe = eval_ids[:min(eval_ids.numel() // seqlen, 4) * seqlen].view(-1, seqlen).to(ctx.device)
     with torch.no_grad():
