@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <immintrin.h>
+#include <limits>
 
 namespace {
 
@@ -32,6 +33,8 @@ struct Operands {
   const uint64_t* pos;   // [kh*kw, KW, O_pad]
   const uint64_t* neg;   // [kh*kw, KW, O_pad]
   const int64_t* tap_c;  // [kh*kw, O_pad]: popc(pos) - popc(neg) per tap and output channel
+  const int64_t* threshold = nullptr;  // [O_pad] (padding channels: INT64_MAX, so their bits stay 0)
+  const uint8_t* flip_bits = nullptr;  // [O_pad / 8], bit j of byte v = flip of channel 8v + j
 };
 
 constexpr int64_t kMaxTaps = 64;
@@ -57,13 +60,24 @@ inline void collect_taps(const Geometry& g, const Operands& op, int64_t n, int64
   }
 }
 
+// Packed output word of one 64-channel block from its sums: bit j = flip ? s <= t : s >= t.
+inline uint64_t threshold_word(const Operands& op, int64_t ob, int width, const int64_t* s) {
+  uint64_t word = 0;
+  for (int j = 0; j < width; ++j) {
+    const int64_t o = ob * kBlock + j;
+    const bool flip = (op.flip_bits[o / 8] >> (o % 8)) & 1;
+    word |= static_cast<uint64_t>(flip ? s[j] <= op.threshold[o] : s[j] >= op.threshold[o]) << j;
+  }
+  return word;
+}
+
 // s[j] = integer dot product of output channel ob*64+j, from the popcount partial sums.
 inline void finish_block(const Geometry& g, const int64_t* dp, const int64_t* c, int64_t pa, int width, int64_t* s) {
   for (int j = 0; j < width; ++j) s[j] = (g.binary ? 2 * (2 * dp[j] - pa) : 2 * dp[j]) - c[j];
 }
 
 __attribute__((target("popcnt"))) void block_scalar(const Geometry& g, const Operands& op, const Taps& taps,
-                                                    int64_t ob, int width, int64_t* s) {
+                                                    int64_t ob, int width, int64_t* s, uint64_t* word) {
   int64_t dp[kBlock] = {0}, c[kBlock] = {0}, pa = 0;
   for (int64_t i = 0; i < taps.count; ++i) {
     const int64_t tap = taps.index[i];
@@ -84,6 +98,7 @@ __attribute__((target("popcnt"))) void block_scalar(const Geometry& g, const Ope
     for (int j = 0; j < width; ++j) c[j] += tc[j];
   }
   finish_block(g, dp, c, pa, width, s);
+  if (word) *word = threshold_word(op, ob, width, s);
 }
 
 __attribute__((target("avx2"))) inline __m256i popcount256(__m256i v) {
@@ -97,7 +112,7 @@ __attribute__((target("avx2"))) inline __m256i popcount256(__m256i v) {
 }
 
 __attribute__((target("avx2,popcnt"))) void block_avx2(const Geometry& g, const Operands& op, const Taps& taps,
-                                                        int64_t ob, int width, int64_t* s) {
+                                                        int64_t ob, int width, int64_t* s, uint64_t* word) {
   const int V = width / 4;
   __m256i acc[kBlock / 4];
   for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_si256();
@@ -125,14 +140,15 @@ __attribute__((target("avx2,popcnt"))) void block_avx2(const Geometry& g, const 
   int64_t dp[kBlock];
   for (int v = 0; v < V; ++v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dp + 4 * v), acc[v]);
   finish_block(g, dp, c, pa, width, s);
+  if (word) *word = threshold_word(op, ob, width, s);
 }
 
 // V = 8-channel vectors in this block (1..8), a compile-time constant so the accumulators stay in registers.
+// With `word`, the threshold compare and bit-packing happen in registers (mask compares), else sums go to s.
 template <int V>
 __attribute__((target("avx512f,avx512vpopcntdq,popcnt"))) void block_avx512_v(const Geometry& g, const Operands& op,
                                                                                 const Taps& taps, int64_t ob,
-                                                                                int64_t* s) {
-  const int width = 8 * V;
+                                                                                int64_t* s, uint64_t* word) {
   __m512i acc[V], cv[V];
   for (int v = 0; v < V; ++v) acc[v] = cv[v] = _mm512_setzero_si512();
   int64_t pa = 0;
@@ -158,30 +174,41 @@ __attribute__((target("avx512f,avx512vpopcntdq,popcnt"))) void block_avx512_v(co
     const int64_t* tc = op.tap_c + tap * g.O_pad + ob * kBlock;
     for (int v = 0; v < V; ++v) cv[v] = _mm512_add_epi64(cv[v], _mm512_loadu_si512(tc + 8 * v));
   }
-  int64_t dp[kBlock], c[kBlock];
+  const __m512i two_pa = _mm512_set1_epi64(2 * pa);
+  uint64_t bits = 0;
   for (int v = 0; v < V; ++v) {
-    _mm512_storeu_si512(dp + 8 * v, acc[v]);
-    _mm512_storeu_si512(c + 8 * v, cv[v]);
+    // ternary: s = 2·acc - c;  binary: s = 2·(2·acc - pa) - c
+    __m512i sv = _mm512_slli_epi64(acc[v], g.binary ? 2 : 1);
+    if (g.binary) sv = _mm512_sub_epi64(sv, two_pa);
+    sv = _mm512_sub_epi64(sv, cv[v]);
+    if (word) {
+      const __m512i t = _mm512_loadu_si512(op.threshold + ob * kBlock + 8 * v);
+      const __mmask8 flip = op.flip_bits[(ob * kBlock) / 8 + v];
+      const __mmask8 ge = _mm512_cmpge_epi64_mask(sv, t), le = _mm512_cmple_epi64_mask(sv, t);
+      bits |= static_cast<uint64_t>((ge & ~flip) | (le & flip)) << (8 * v);
+    } else {
+      _mm512_storeu_si512(s + 8 * v, sv);
+    }
   }
-  finish_block(g, dp, c, pa, width, s);
+  if (word) *word = bits;
 }
 
 __attribute__((target("avx512f,avx512vpopcntdq,popcnt"))) void block_avx512(const Geometry& g, const Operands& op,
                                                                               const Taps& taps, int64_t ob, int width,
-                                                                              int64_t* s) {
+                                                                              int64_t* s, uint64_t* word) {
   switch (width / 8) {
-    case 1: return block_avx512_v<1>(g, op, taps, ob, s);
-    case 2: return block_avx512_v<2>(g, op, taps, ob, s);
-    case 3: return block_avx512_v<3>(g, op, taps, ob, s);
-    case 4: return block_avx512_v<4>(g, op, taps, ob, s);
-    case 5: return block_avx512_v<5>(g, op, taps, ob, s);
-    case 6: return block_avx512_v<6>(g, op, taps, ob, s);
-    case 7: return block_avx512_v<7>(g, op, taps, ob, s);
-    default: return block_avx512_v<8>(g, op, taps, ob, s);
+    case 1: return block_avx512_v<1>(g, op, taps, ob, s, word);
+    case 2: return block_avx512_v<2>(g, op, taps, ob, s, word);
+    case 3: return block_avx512_v<3>(g, op, taps, ob, s, word);
+    case 4: return block_avx512_v<4>(g, op, taps, ob, s, word);
+    case 5: return block_avx512_v<5>(g, op, taps, ob, s, word);
+    case 6: return block_avx512_v<6>(g, op, taps, ob, s, word);
+    case 7: return block_avx512_v<7>(g, op, taps, ob, s, word);
+    default: return block_avx512_v<8>(g, op, taps, ob, s, word);
   }
 }
 
-using BlockFn = void (*)(const Geometry&, const Operands&, const Taps&, int64_t, int, int64_t*);
+using BlockFn = void (*)(const Geometry&, const Operands&, const Taps&, int64_t, int, int64_t*, uint64_t*);
 
 // impl: 0 = best available, 1 = scalar POPCNT, 2 = AVX2, 3 = AVX-512 VPOPCNTDQ.
 BlockFn pick_impl(int64_t impl) {
@@ -243,13 +270,10 @@ Geometry check_inputs(const torch::Tensor& x, const torch::Tensor& pos, const to
   return g;
 }
 
-// Runs fn(pixel index, block index, s[64]) for every output pixel and channel block, rows in parallel.
-template <typename Fn>
-void run_conv(const Geometry& g, const torch::Tensor& x, const PackedWeights& w, int64_t impl, Fn&& fn) {
+// Runs every output pixel and channel block, rows in parallel. Without a threshold (`op.threshold` null) the sums go
+// to y32 [N, Ho, Wo, O]; with one, the packed bits go to y64 [N, Ho, Wo, ceil(O/64)].
+void run_conv(const Geometry& g, const Operands& op, int64_t impl, int32_t* y32, uint64_t* y64) {
   const BlockFn block = pick_impl(impl);
-  const Operands op{reinterpret_cast<const uint64_t*>(x.data_ptr<int64_t>()),
-                    reinterpret_cast<const uint64_t*>(w.pos.data_ptr<int64_t>()),
-                    reinterpret_cast<const uint64_t*>(w.neg.data_ptr<int64_t>()), w.tap_c.data_ptr<int64_t>()};
   const int64_t rows = g.N * g.Ho, blocks = (g.O_pad + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
   for (int64_t r = 0; r < rows; ++r) {
@@ -258,12 +282,25 @@ void run_conv(const Geometry& g, const torch::Tensor& x, const PackedWeights& w,
     Taps taps;
     for (int64_t ox = 0; ox < g.Wo; ++ox) {
       collect_taps(g, op, n, oy, ox, taps);
+      const int64_t pixel = r * g.Wo + ox;
       for (int64_t ob = 0; ob < blocks; ++ob) {
-        block(g, op, taps, ob, static_cast<int>(std::min(kBlock, g.O_pad - ob * kBlock)), s);
-        fn((r * g.Wo + ox), ob, s);
+        const int width = static_cast<int>(std::min(kBlock, g.O_pad - ob * kBlock));
+        if (y64) {
+          block(g, op, taps, ob, width, s, y64 + pixel * blocks + ob);
+        } else {
+          block(g, op, taps, ob, width, s, nullptr);
+          const int64_t hi = std::min(kBlock, g.O - ob * kBlock);
+          for (int64_t j = 0; j < hi; ++j) y32[pixel * g.O + ob * kBlock + j] = static_cast<int32_t>(s[j]);
+        }
       }
     }
   }
+}
+
+Operands operands(const torch::Tensor& x, const PackedWeights& w) {
+  return Operands{reinterpret_cast<const uint64_t*>(x.data_ptr<int64_t>()),
+                  reinterpret_cast<const uint64_t*>(w.pos.data_ptr<int64_t>()),
+                  reinterpret_cast<const uint64_t*>(w.neg.data_ptr<int64_t>()), w.tap_c.data_ptr<int64_t>()};
 }
 
 // Integer sums [N, Ho, Wo, O] (int32): the exact ±1 x {-1, 0, +1} convolution.
@@ -273,11 +310,7 @@ torch::Tensor ternary_conv2d_cpu(const torch::Tensor& x_in, const torch::Tensor&
   const auto x = x_in.contiguous();
   const PackedWeights w = relayout(pos.contiguous(), neg.contiguous(), g.O_pad);
   auto out = torch::empty({g.N, g.Ho, g.Wo, g.O}, torch::kInt32);
-  int32_t* y = out.data_ptr<int32_t>();
-  run_conv(g, x, w, impl, [&](int64_t pixel, int64_t ob, const int64_t* s) {
-    const int64_t hi = std::min(kBlock, g.O - ob * kBlock);
-    for (int64_t j = 0; j < hi; ++j) y[pixel * g.O + ob * kBlock + j] = static_cast<int32_t>(s[j]);
-  });
+  run_conv(g, operands(x, w), impl, out.data_ptr<int32_t>(), nullptr);
   return out;
 }
 
@@ -289,24 +322,18 @@ torch::Tensor ternary_conv2d_sign_cpu(const torch::Tensor& x_in, const torch::Te
   TORCH_CHECK(threshold.numel() == g.O && flip.numel() == g.O, "ternary_conv2d_sign: one threshold and flip per "
               "output channel expected");
   const auto x = x_in.contiguous();
-  const auto thr = threshold.to(torch::kInt64).contiguous();
-  const auto flp = flip.to(torch::kBool).contiguous();
+  auto thr = torch::full({g.O_pad}, std::numeric_limits<int64_t>::max(), torch::kInt64);
+  thr.narrow(0, 0, g.O).copy_(threshold.reshape(-1).to(torch::kInt64));
+  auto flip_bits = torch::zeros({g.O_pad / 8}, torch::kUInt8);
+  const auto flp = flip.reshape(-1).to(torch::kBool).contiguous();
+  for (int64_t o = 0; o < g.O; ++o)
+    if (flp.data_ptr<bool>()[o]) flip_bits.data_ptr<uint8_t>()[o / 8] |= static_cast<uint8_t>(1u << (o % 8));
   const PackedWeights w = relayout(pos.contiguous(), neg.contiguous(), g.O_pad);
-  const int64_t words = (g.O + kBlock - 1) / kBlock;
-  auto out = torch::empty({g.N, g.Ho, g.Wo, words}, torch::kInt64);
-  uint64_t* y = reinterpret_cast<uint64_t*>(out.data_ptr<int64_t>());
-  const int64_t* t = thr.data_ptr<int64_t>();
-  const bool* f = flp.data_ptr<bool>();
-  run_conv(g, x, w, impl, [&](int64_t pixel, int64_t ob, const int64_t* s) {
-    const int64_t hi = std::min(kBlock, g.O - ob * kBlock);
-    uint64_t word = 0;
-    for (int64_t j = 0; j < hi; ++j) {
-      const int64_t o = ob * kBlock + j;
-      const bool bit = f[o] ? s[j] <= t[o] : s[j] >= t[o];
-      word |= static_cast<uint64_t>(bit) << j;
-    }
-    y[pixel * words + ob] = word;
-  });
+  auto out = torch::empty({g.N, g.Ho, g.Wo, (g.O + kBlock - 1) / kBlock}, torch::kInt64);
+  Operands op = operands(x, w);
+  op.threshold = thr.data_ptr<int64_t>();
+  op.flip_bits = flip_bits.data_ptr<uint8_t>();
+  run_conv(g, op, impl, nullptr, reinterpret_cast<uint64_t*>(out.data_ptr<int64_t>()));
   return out;
 }
 

@@ -43,7 +43,7 @@ def _texture(kind: int, yy: np.ndarray, xx: np.ndarray, rng: np.random.Generator
 
 def _shape_mask(kind: int, yy: np.ndarray, xx: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
     cy, cx = rng.uniform(0.15, 0.85, size=2) * size
-    r = rng.uniform(0.12, 0.28) * size
+    r = rng.uniform(0.16, 0.32) * size
     if kind == 1:  # ellipse
         ay, ax, theta = r, r * rng.uniform(0.5, 1.0), rng.uniform(0, np.pi)
         dy, dx = yy - cy, xx - cx

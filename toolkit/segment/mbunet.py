@@ -349,7 +349,7 @@ class MBUNetTrainConfig(BaseConfig):
     mask_candidates: list[float] = [0.3, 0.5, 0.7]  # zero ratios tried per layer
     mask_budget: float = Field(0.5, ge=0)  # extra bit-ops allowed, as a fraction of the all-binary network's
     mask_ratios: dict[str, float] | None = None  # fixed ratios per layer: skips the search
-    probe_images: int = Field(32, ge=1)  # validation images the search scores gains on
+    probe_images: int = Field(32, ge=1)  # training images the search scores gains on
 
     @model_validator(mode="after")
     def _check(self):
@@ -375,9 +375,9 @@ def train(config: MBUNetTrainConfig, ctx) -> dict:
         warm = int(config.steps * config.warmup_fraction) if config.mask_ratios is None else 0
         losses, optimizer = train_steps(model, train_set.images, train_set.masks, warm, start=0, **fit)
         if config.mask_ratios is None:
-            probe = slice(0, config.probe_images)
-            gains = probe_mask_gains(model, val_set.images[probe].to(ctx.device), val_set.masks[probe].to(ctx.device),
-                                     config.mask_candidates)
+            probe = slice(0, config.probe_images)  # training images: the validation set stays unseen
+            gains = probe_mask_gains(model, train_set.images[probe].to(ctx.device),
+                                     train_set.masks[probe].to(ctx.device), config.mask_candidates)
             model.set_mask_ratios(choose_mask_ratios(gains, costs, config.mask_budget))
         else:
             model.set_mask_ratios(config.mask_ratios)

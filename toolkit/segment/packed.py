@@ -187,7 +187,8 @@ def float_model_bytes(model: UNet) -> int:
 
 def time_layers(packed: PackedUNet, size: int, repeats: int, seed: int = 0) -> dict:
     """Times every packed layer on its real input at size x size, batch 1, against torch fp32 conv2d of the same
-    shape (float ±1 input, the layer's {-1, 0, +1} weights); medians over `repeats`, milliseconds, summed."""
+    shape (float ±1 input, the layer's {-1, 0, +1} weights); best of `repeats` (the least disturbed run on a shared
+    machine, as timeit does), milliseconds, summed over layers."""
     import time
 
     x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
@@ -195,21 +196,21 @@ def time_layers(packed: PackedUNet, size: int, repeats: int, seed: int = 0) -> d
     packed.features(x, record)
     rows, fp_total, packed_total = [], 0.0, 0.0
 
-    def median_ms(fn):
+    def best_ms(fn):
         fn()
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
             fn()
             times.append((time.perf_counter() - start) * 1000)
-        return float(np.median(times))
+        return min(times)
 
     for name, bits in record.items():
         layer = packed.layers[name]
         act = kernels.unpack_sign(bits, layer.segments).contiguous()
         weight = kernels.planes_to_weight(layer.pos, layer.neg, layer.segments)
-        fp_ms = median_ms(lambda act=act, weight=weight: F.conv2d(act, weight, padding=1))
-        packed_ms = median_ms(lambda layer=layer, bits=bits: layer(bits))
+        fp_ms = best_ms(lambda act=act, weight=weight: F.conv2d(act, weight, padding=1))
+        packed_ms = best_ms(lambda layer=layer, bits=bits: layer(bits))
         rows.append({"layer": name, "shape": list(act.shape), "out_channels": weight.shape[0], "fp32_ms": fp_ms,
                      "packed_ms": packed_ms, "binary": layer.binary})
         fp_total += fp_ms
