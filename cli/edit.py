@@ -1,0 +1,69 @@
+"""`iclrkit edit memit|eamet`: mass knowledge editing (MEMIT baseline and EAMET's embedding-aligned values)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from cli._options import (ConfigOpt, DeviceOpt, DryRunOpt, DtypeOpt, JsonOpt, ModelOpt, OutOpt, OverwriteOpt,
+                          SeedOpt, SetOpt)
+from cli._runner import Common, execute
+
+app = typer.Typer(no_args_is_help=True, help="Edit facts stored in a language model.")
+
+FactsOpt = Annotated[str, typer.Option("--data", "-d", help="Facts: CounterFact/zsRE .json (ROME or EasyEdit "
+                                                             "schema) or .jsonl {prompt, subject, target_new}.")]
+NEditsOpt = Annotated[Optional[int], typer.Option("--n-edits", "-n", help="Edit the first N facts (default: all).")]
+LayersOpt = Annotated[Optional[str], typer.Option("--layers", help="Edit layers, comma separated, e.g. 3,4.")]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch-size", help="Sequential batched editing: facts per "
+                                                                      "update (default: all in one update).")]
+LambdaOpt = Annotated[Optional[float], typer.Option("--mom2-weight", help="λ of the covariance term.")]
+CovOpt = Annotated[Optional[str], typer.Option("--cov-data", help="Text for the key covariance (default: embedded).")]
+StepsOpt = Annotated[Optional[int], typer.Option("--steps", help="Value optimisation steps per fact.")]
+
+
+def _edit(technique: str, config_cls, run, plan, flags: dict, common: Common) -> None:
+    execute(technique=technique, config_cls=config_cls, flags=flags, common=common, run=run,
+            inputs={"model": flags["model"], "data": flags["data"]}, plan=plan)
+
+
+@app.command("memit", help="MEMIT: closed-form multi-layer insertion of many facts at once.",
+             epilog="Examples: iclrkit edit memit -m zoo:smollm2-135m -d zsre_mend_train-1k.json -n 100 -o runs/memit "
+                    "| iclrkit edit memit -m ./gpt2 -d facts.jsonl --layers 3,4 --batch-size 100 -o out")
+def memit(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: LayersOpt = None,
+          batch_size: BatchOpt = None, mom2_weight: LambdaOpt = None, cov_data: CovOpt = None,
+          steps: StepsOpt = None, out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
+          seed: SeedOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False,
+          json_: JsonOpt = False, overwrite: OverwriteOpt = False) -> None:
+    from toolkit.edit.memit import MemitConfig, plan, run_memit
+
+    _edit("edit.memit", MemitConfig, run_memit, plan,
+          {"model": model, "data": data, "n_edits": n_edits, "layers": layers, "batch_size": batch_size,
+           "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps},
+          Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
+                 json=json_, overwrite=overwrite))
+
+
+@app.command("eamet", help="EAMET: MEMIT whose values are aligned with the key similarity structure.",
+             epilog="Examples: iclrkit edit eamet -m zoo:smollm2-135m -d zsre_mend_train-1k.json -n 1000 -o runs/eamet "
+                    "| iclrkit edit eamet -m ./llama -d counterfact.json --set cs_factor=0 --set mse_factor=0 -o out")
+def eamet(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: LayersOpt = None,
+          batch_size: BatchOpt = None, mom2_weight: LambdaOpt = None, cov_data: CovOpt = None,
+          steps: StepsOpt = None,
+          tau: Annotated[Optional[float], typer.Option(help="Softmax temperature of the similarities.")] = None,
+          top_m: Annotated[Optional[int], typer.Option(help="Key neighbours in the weighted MSE.")] = None,
+          align_kl: Annotated[Optional[float], typer.Option(help="Weight of KL(P_k ‖ P_r) (cs_factor).")] = None,
+          align_mse: Annotated[Optional[float], typer.Option(help="Weight of the weighted MSE (mse_factor).")] = None,
+          out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
+          device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
+          overwrite: OverwriteOpt = False) -> None:
+    from toolkit.edit.eamet import EametConfig, run_eamet
+    from toolkit.edit.memit import plan
+
+    _edit("edit.eamet", EametConfig, run_eamet, plan,
+          {"model": model, "data": data, "n_edits": n_edits, "layers": layers, "batch_size": batch_size,
+           "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps, "tau": tau,
+           "top_m": top_m, "cs_factor": align_kl, "mse_factor": align_mse},
+          Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
+                 json=json_, overwrite=overwrite))

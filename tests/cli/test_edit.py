@@ -1,0 +1,86 @@
+"""`iclrkit edit memit|eamet` end to end on the tiny fixtures, EAMET(alignment off) == MEMIT, bad input."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+FAST = ["--set", "cov_tokens=512", "--set", "cov_seqlen=32", "--set", "context_prefixes=1", "--set",
+        "prefix_tokens=3", "--set", "fluency_samples=1", "--set", "fluency_tokens=5", "--steps", "4"]
+
+
+@pytest.fixture()
+def facts(tmp_path):
+    path = tmp_path / "facts.jsonl"
+    rows = [{"prompt": "The value of {} is", "subject": "object", "target_new": "return",
+             "target_true": "class", "paraphrases": ["What is object? It is"],
+             "neighborhood": [{"prompt": "The value of type is", "answer": "class"}]},
+            {"prompt": "A list is made of", "subject": "list", "target_new": "strings"},
+            {"prompt": "Import {} from", "subject": "module", "target_new": "package"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+def _run(cli, tmp_path, model_dir, facts, name, method, *extra):
+    out = tmp_path / name
+    result = cli(["edit", method, "-m", model_dir, "-d", facts, "-o", out, "--set", f"stats_dir={tmp_path / 'stats'}",
+                  *FAST, *extra])
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+@pytest.mark.parametrize("fixture, method", [("tiny_gpt2_dir", "eamet"), ("tiny_llama_dir", "memit")])
+def test_edit_end_to_end(cli, tmp_path, facts, fixture, method, request):
+    from transformers import AutoModelForCausalLM
+
+    model_dir = request.getfixturevalue(fixture)
+    out = _run(cli, tmp_path, model_dir, facts, method, method, "--batch-size", "2")
+    record = json.loads((out / "run.json").read_text())
+    assert record["status"] == "ok" and record["technique"] == f"edit.{method}"
+    metrics = record["metrics"]
+    for key in ("efficacy", "generalization", "specificity", "fluency", "alignment_spearman"):
+        assert key in metrics
+    assert len(metrics["batches"]) == 2 and "efficacy" in record["baselines"]["unedited"]
+    edited = AutoModelForCausalLM.from_pretrained(out / "model")
+    original = AutoModelForCausalLM.from_pretrained(model_dir)
+    changed = [n for n, p in edited.state_dict().items() if not torch.equal(p, original.state_dict()[n])]
+    assert changed and all("mlp" in n for n in changed)
+
+
+def test_eamet_without_alignment_equals_memit(cli, tmp_path, facts, tiny_gpt2_dir):
+    memit = _run(cli, tmp_path, tiny_gpt2_dir, facts, "memit", "memit")
+    eamet = _run(cli, tmp_path, tiny_gpt2_dir, facts, "eamet", "eamet", "--align-kl", "0", "--align-mse", "0",
+                 "--set", "init=zero", "--set", "clamp=h", "--set", "clamp_factor=0.75", "--set",
+                 "v_weight_decay=0.5", "--set", "early_stop_loss=0.05")
+    a, b = load_file(memit / "model" / "model.safetensors"), load_file(eamet / "model" / "model.safetensors")
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layers", "0,7"], "out of range"),
+    (["--layers", "a"], "comma-separated integers"),
+    (["--n-edits", "10"], "fewer than"),
+])
+def test_bad_arguments(cli, tmp_path, facts, tiny_gpt2_dir, args, message):
+    result = cli(["edit", "memit", "-m", tiny_gpt2_dir, "-d", facts, "-o", tmp_path / "o", *FAST, *args])
+    assert result.exit_code == 2 and message in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_fact_files(cli, tmp_path, tiny_gpt2_dir):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "{} is", "subject": "A", "target_new": "B"}\n{"prompt": oops}\n')
+    result = cli(["edit", "eamet", "-m", tiny_gpt2_dir, "-d", bad, "-o", tmp_path / "o"])
+    assert result.exit_code == 2 and "bad.jsonl:2: malformed JSON" in result.stderr
+    missing = cli(["edit", "eamet", "-m", tiny_gpt2_dir, "-d", tmp_path / "nope.json", "-o", tmp_path / "o"])
+    assert missing.exit_code == 2 and "not found" in missing.stderr
+    subject = tmp_path / "subject.jsonl"
+    subject.write_text('{"prompt": "Rome is", "subject": "Paris", "target_new": "B"}\n')
+    result = cli(["edit", "memit", "-m", tiny_gpt2_dir, "-d", subject, "-o", tmp_path / "o"])
+    assert result.exit_code == 2 and "subject.jsonl:1" in result.stderr and "not found in prompt" in result.stderr
+
+
+def test_dry_run_prints_plan(cli, tmp_path, facts, tiny_gpt2_dir):
+    result = cli(["edit", "memit", "-m", tiny_gpt2_dir, "-d", facts, "--dry-run"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["plan"]["n_edits"] == 3

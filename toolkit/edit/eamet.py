@@ -1,0 +1,104 @@
+"""EAMET: robust massive model editing via embedding alignment (Dai, Ji, Li, Wang; arXiv 2505.11876).
+
+Paper: https://arxiv.org/abs/2505.11876 · official code: https://github.com/ybdai7/EAMET-massive-editing
+
+EAMET is MEMIT with one change in the value optimisation: requests are optimised in order, and δ_i is pulled
+towards the similarity structure of the keys. With S_k(i, j) = cos(k_i, k_j) (z-layer keys) and
+S_r(i, j) = cos(δ_i, δ_j) over earlier requests j < i (frozen):
+  L_KL  = KL(P_k ‖ P_r), P_k = softmax_j(S_k/τ), P_r = softmax_j(S_r/τ)            (direction as coded)
+  L_MSE = Σ_{j ∈ top-M by S_k} softmax(S_k/τ)_j · (S_k(i, j) − S_r(i, j))²
+  L_i   = NLL + kl_factor·KL(essence) + cs_factor·L_KL + mse_factor·L_MSE,
+with δ started at ‖k_i‖·h_i/‖h_i‖ (when ‖h_i‖ < 100) and projected onto ‖δ_i‖ ≤ clamp_ks_factor·‖k_i‖.
+Batching: requests optimised in the same chunk see each other's current δ (detached) as their earlier
+neighbours; earlier chunks and batches are final. With opt_batch = 1 this is exactly the sequential scheme.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from toolkit.edit.memit import MemitConfig, run_editing
+
+PAPER = "https://arxiv.org/abs/2505.11876"
+
+
+class EametConfig(MemitConfig):
+    """EAMET defaults from the official hparams/EAMET/*.json (LLaMA3-8B λ, clamp of LLaMA2/3) and general.sh."""
+
+    mom2_update_weight: float = 15000.0
+    init: Literal["zero", "target"] = "target"
+    clamp: Literal["h", "ks"] = "ks"
+    clamp_factor: float = 2.0  # clamp_ks_factor
+    v_weight_decay: float = 0.0  # norm_factor = 0: only the projection bounds ‖δ‖
+    early_stop_loss: float = 1e-2
+    cs_factor: float = 2.0  # weight of KL(P_k ‖ P_r)
+    mse_factor: float = 8.0  # weight of the top-M weighted MSE
+    tau: float = 0.07
+    top_m: int = 50
+
+
+def masked_log_softmax(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """log softmax over the valid entries of each row; invalid entries get -inf (rows without any stay finite 0)."""
+    masked = scores.masked_fill(~valid, float("-inf"))
+    out = torch.log_softmax(masked, dim=-1)
+    return torch.where(valid, out, torch.zeros_like(out))
+
+
+def alignment_losses(key_sim: torch.Tensor, delta_sim: torch.Tensor, valid: torch.Tensor, tau: float,
+                     top_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row (KL(P_k ‖ P_r), weighted MSE over the top-M key neighbours); rows with no valid j give 0."""
+    log_pk = masked_log_softmax(key_sim / tau, valid)
+    log_pr = masked_log_softmax(delta_sim / tau, valid)
+    pk = torch.where(valid, log_pk.exp(), torch.zeros_like(log_pk))
+    kl = (pk * (log_pk - log_pr)).sum(-1)
+    m = min(top_m, key_sim.shape[-1])
+    ranked = key_sim.masked_fill(~valid, float("-inf"))
+    top = ranked.topk(m, dim=-1).indices
+    top_valid = valid.gather(-1, top)
+    top_key, top_delta = key_sim.gather(-1, top), delta_sim.gather(-1, top)
+    weights = masked_log_softmax(top_key / tau, top_valid).exp() * top_valid
+    mse = (weights * (top_key - top_delta).square()).sum(-1)
+    return kl, mse
+
+
+class EmbeddingAlignment:
+    """Holds the keys and final δ of all requests so far; gives each chunk its alignment loss."""
+
+    def __init__(self, config: EametConfig):
+        self.config = config
+        self.keys = torch.empty(0)  # unit keys of every request seen, (n_seen, d_k)
+        self.deltas = torch.empty(0)  # unit final δ of every finished request, (n_done, d)
+        self.offset = 0  # global index of the current batch's first request
+
+    def begin_batch(self, keys_z: torch.Tensor) -> None:
+        unit = F.normalize(keys_z.float(), dim=-1)
+        self.offset = self.keys.shape[0]
+        self.keys = unit if self.offset == 0 else torch.cat([self.keys.to(unit.device), unit])
+
+    def loss(self, delta: torch.Tensor, span: range) -> torch.Tensor:
+        first = self.offset + span.start  # requests before it are final
+        chunk_keys = self.keys[first:first + len(span)]
+        earlier_keys = self.keys[:first + len(span)]
+        unit = F.normalize(delta, dim=-1)
+        done = self.deltas[:first].to(delta.device) if first else unit.new_zeros(0, delta.shape[-1])
+        earlier = torch.cat([done, unit.detach()])
+        key_sim = chunk_keys @ earlier_keys.t()
+        delta_sim = unit @ earlier.t()
+        rows = torch.arange(len(span), device=delta.device)[:, None]
+        cols = torch.arange(earlier.shape[0], device=delta.device)[None, :]
+        valid = cols < first + rows  # j < i
+        kl, mse = alignment_losses(key_sim, delta_sim, valid, self.config.tau, self.config.top_m)
+        return self.config.cs_factor * kl + self.config.mse_factor * mse
+
+    def record(self, delta: torch.Tensor, span: range) -> None:
+        unit = F.normalize(delta.detach().float(), dim=-1)
+        self.deltas = unit if self.deltas.numel() == 0 else torch.cat([self.deltas.to(unit.device), unit])
+
+
+def run_eamet(config: EametConfig, ctx) -> dict:
+    aligned = config.cs_factor != 0 or config.mse_factor != 0
+    return run_editing(config, ctx, technique="edit.eamet", paper=PAPER,
+                       alignment_factory=(lambda: EmbeddingAlignment(config)) if aligned else None)

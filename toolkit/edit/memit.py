@@ -1,0 +1,588 @@
+"""MEMIT: mass-editing memory in a transformer (Meng et al., ICLR 2023), the core EAMET builds on.
+
+Paper: https://arxiv.org/abs/2210.07229 · official code: https://github.com/kmeng01/memit
+
+For each request (s, r, o): keys k (the input of the MLP down-projection at the subject's last token, averaged
+over random-prefix contexts) at the edit layers R; a target z = h + δ of the last edit layer's output, where δ
+makes the model say o; then, layer by layer, ΔW = resid · Kᵀ (λC + K Kᵀ)⁻¹ with C = E[k kᵀ] over text and
+resid = (Z − H_cur) / (layers left). Speed: the δ of many requests are optimised together, and each step runs
+only the blocks above the last edit layer on that layer's cached output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional, Protocol
+
+import torch
+import torch.nn as nn
+from pydantic import field_validator
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.errors import BadInputError, RunError
+from toolkit.edit.facts import SLOT, EditRequest
+
+log = logging.getLogger("iclrkit.edit")
+
+PAPER = "https://arxiv.org/abs/2210.07229"
+PREFIX_SEEDS = ("The", "Therefore", "Because", "I", "You", "However", "Also", "Nevertheless", "He", "It", "Can",
+                "Because")
+
+
+class MemitConfig(BaseConfig):
+    """MEMIT with the hyperparameters of the official LLaMA configs (EAMET repo's MEMIT baseline).
+
+    Paper https://arxiv.org/abs/2210.07229, code https://github.com/kmeng01/memit."""
+
+    model: str
+    data: str  # CounterFact / zsRE / EasyEdit .json or simple .jsonl facts
+    n_edits: Optional[int] = None  # first N records (None: all)
+    layers: Optional[list[int]] = None  # edit layers R; None: [3, 4] with >= 8 blocks, else the middle two
+    mom2_update_weight: float = 15000.0  # λ in (λC + KKᵀ)
+    cov_data: str = "embedded"  # text for C = E[kkᵀ]: .txt, .jsonl[:field], embedded, hub id
+    cov_tokens: int = 100_000  # tokens streamed for C
+    cov_seqlen: int = 128
+    stats_dir: Optional[str] = None  # covariance cache; None: $ICLRKIT_CACHE_DIR/edit-stats or ~/.cache/iclrkit/...
+    context_prefixes: int = 10  # model-generated prefixes added to the bare "{}" template
+    prefix_tokens: int = 10
+    v_num_grad_steps: int = 25
+    v_lr: float = 0.5
+    kl_factor: float = 0.0625  # KL on "{subject} is a" keeps the subject's essence
+    v_weight_decay: float = 0.5  # MEMIT's wd · ‖δ‖ / ‖h‖²
+    init: Literal["zero", "target"] = "zero"  # δ start: 0, or EAMET's ‖k‖·h/‖h‖ (when ‖h‖ < 100)
+    clamp: Literal["h", "ks"] = "h"  # project ‖δ‖ ≤ clamp_factor·‖h‖ (MEMIT) or ·‖k‖ (EAMET fix_ks)
+    clamp_factor: float = 0.75
+    early_stop_loss: float = 5e-2  # a request stops once its loss is below this
+    batch_size: Optional[int] = None  # sequential batched editing: requests per MEMIT update (None: all at once)
+    opt_batch: int = 32  # requests whose δ are optimised together in one forward/backward
+    eval_batch: int = 64
+    eval_before: bool = True  # also score the unedited model (baselines)
+    fluency_samples: int = 50  # requests whose generation prompts are sampled for the n-gram entropy
+    fluency_tokens: int = 50
+    save_model: bool = True
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _comma_separated(cls, value):
+        """`--layers 3,4` and `--set layers=3,4` arrive as text."""
+        if isinstance(value, str):
+            try:
+                return [int(part) for part in value.split(",") if part.strip()]
+            except ValueError:
+                raise ValueError(f"expected comma-separated integers, got {value!r}") from None
+        return value
+
+
+# ---------------------------------------------------------------- pure math
+
+
+def closed_form_update(keys: torch.Tensor, resid: torch.Tensor, cov: torch.Tensor, lam: float) -> torch.Tensor:
+    """ΔW = R Kᵀ (λC + K Kᵀ)⁻¹ in float64. keys K: (d_in, n), resid R: (d_out, n), cov C: (d_in, d_in).
+
+    It is the minimiser of ‖ΔW K − R‖² + λ·tr(ΔW C ΔWᵀ): the new keys map to the residuals while the
+    preserved keys (second moment C) move as little as possible."""
+    K, R, C = keys.double(), resid.double(), cov.double()
+    A = lam * C + K @ K.t()
+    return torch.linalg.solve(A, K @ R.t()).t()  # A symmetric: (A⁻¹ K Rᵀ)ᵀ = R Kᵀ A⁻¹
+
+
+def project_norm(delta: torch.Tensor, max_norm: torch.Tensor) -> torch.Tensor:
+    """Rows of δ scaled down to ‖δ_i‖ ≤ max_norm_i (unchanged when already inside)."""
+    norms = delta.norm(dim=-1, keepdim=True)
+    scale = torch.clamp(max_norm.unsqueeze(-1) / norms.clamp_min(1e-12), max=1.0)
+    return delta * scale
+
+
+class MaskedAdam:
+    """Adam over the rows of one tensor, where each row is an independent problem with its own step count:
+    rows outside `active` are neither moved nor counted, so batching requests equals optimising each alone."""
+
+    def __init__(self, shape, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, device="cpu"):
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.m = torch.zeros(shape, device=device)
+        self.v = torch.zeros(shape, device=device)
+        self.t = torch.zeros(shape[0], device=device)
+
+    @torch.no_grad()
+    def step(self, param: torch.Tensor, grad: torch.Tensor, active: torch.Tensor) -> None:
+        b1, b2 = self.betas
+        a = active.unsqueeze(-1)
+        self.t += active.float()
+        self.m = torch.where(a, b1 * self.m + (1 - b1) * grad, self.m)
+        self.v = torch.where(a, b2 * self.v + (1 - b2) * grad * grad, self.v)
+        t = self.t.clamp_min(1).unsqueeze(-1)
+        m_hat, v_hat = self.m / (1 - b1 ** t), self.v / (1 - b2 ** t)
+        param.sub_(torch.where(a, self.lr * m_hat / (v_hat.sqrt() + self.eps), torch.zeros_like(param)))
+
+
+# ---------------------------------------------------------------- model plumbing
+
+
+@dataclass
+class Arch:
+    """Where things live in this model (from the core arch adapter)."""
+
+    layers_path: str
+    layers: nn.ModuleList
+    down_template: str  # "{layers_path}.{i}.{mlp_down}"
+    conv1d: bool
+    lm_head: nn.Module
+    base: nn.Module  # the module that owns the block list and the final norm
+
+    @classmethod
+    def of(cls, model: nn.Module) -> "Arch":
+        from toolkit.models.adapters import adapter_for, get_module
+
+        adapter = adapter_for(model)
+        for path in adapter.layers:
+            try:
+                layers = get_module(model, path)
+            except AttributeError:
+                continue
+            base = get_module(model, path.rsplit(".", 1)[0])
+            return cls(layers_path=path, layers=layers, down_template=f"{path}.{{}}.{adapter.mlp_down}",
+                       conv1d=adapter.conv1d, lm_head=get_module(model, adapter.lm_head), base=base)
+        raise BadInputError(f"model has none of the block lists {adapter.layers}")
+
+    def down(self, layer: int) -> str:
+        return self.down_template.format(layer)
+
+    def block(self, layer: int) -> str:
+        return f"{self.layers_path}.{layer}"
+
+
+def default_layers(n_layers: int) -> list[int]:
+    return [3, 4] if n_layers >= 8 else [max(0, n_layers // 2 - 1), n_layers // 2] if n_layers > 1 else [0]
+
+
+def check_layers(layers: list[int], n_layers: int) -> list[int]:
+    if not layers:
+        raise BadInputError("layers must name at least one edit layer")
+    bad = [l for l in layers if not 0 <= l < n_layers]
+    if bad:
+        raise BadInputError(f"edit layers {bad} out of range: the model has {n_layers} blocks (0..{n_layers - 1})")
+    if sorted(set(layers)) != list(layers):
+        raise BadInputError(f"edit layers must be increasing and distinct, got {layers}")
+    return list(layers)
+
+
+@dataclass
+class Row:
+    """One tokenised sequence: ids, the subject's last-token index, and the target positions it scores."""
+
+    ids: list[int]
+    subject_index: int
+    request: int  # index of the request the row belongs to
+    target_start: int = -1  # position whose next-token prediction is the first target token
+    targets: tuple[int, ...] = ()
+
+
+def encode_with_subject(tokenizer, text: str, subject_end: int, where: str) -> tuple[list[int], int]:
+    ids = tokenizer(text)["input_ids"]
+    head = tokenizer(text[:subject_end])["input_ids"]
+    if not head or not ids:
+        raise BadInputError(f"{where}: prompt tokenizes to nothing")
+    return ids, min(len(head), len(ids)) - 1
+
+
+def target_ids(tokenizer, target: str, where: str) -> list[int]:
+    ids = tokenizer(" " + target.strip(), add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise BadInputError(f"{where}: target {target!r} tokenizes to nothing")
+    return ids
+
+
+def prompt_rows(tokenizer, requests: list[EditRequest], templates: list[str], with_target: bool) -> list[Row]:
+    """Every request under every context template; with_target appends the new object (teacher forcing)."""
+    rows = []
+    for index, request in enumerate(requests):
+        target = target_ids(tokenizer, request.target_new, request.record_id) if with_target else []
+        for template in templates:
+            text = template + request.text
+            subject_end = len(template) + request.prompt.index(SLOT) + len(request.subject)
+            ids, subject_index = encode_with_subject(tokenizer, text, subject_end, request.record_id)
+            rows.append(Row(ids=ids + target[:-1], subject_index=subject_index, request=index,
+                            target_start=len(ids) - 1, targets=tuple(target)))
+    return rows
+
+
+def pad_rows(rows: list[Row], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r.ids) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, :len(row.ids)] = torch.tensor(row.ids)
+        mask[i, :len(row.ids)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+
+
+def at_subject(values: torch.Tensor, rows: list[Row]) -> torch.Tensor:
+    """values (B, T, d) -> (B, d) at each row's subject index."""
+    index = torch.tensor([r.subject_index for r in rows], device=values.device)
+    return values[torch.arange(len(rows), device=values.device), index]
+
+
+@torch.no_grad()
+def subject_states(model, arch: Arch, tokenizer, rows: list[Row], paths: list[str], what: str, batch: int,
+                   device) -> dict[str, torch.Tensor]:
+    """Each path's input or output at the subject's last token of every row: {path: (n_rows, d)}."""
+    from toolkit.nn.hooks import capture
+
+    out: dict[str, list[torch.Tensor]] = {p: [] for p in paths}
+    for start in range(0, len(rows), batch):
+        chunk = rows[start:start + batch]
+        ids, mask = pad_rows(chunk, pad_id(tokenizer), device)
+        with capture(model, paths, what=what) as records:
+            model(input_ids=ids, attention_mask=mask)
+        for path in paths:
+            out[path].append(at_subject(records[path][0].float(), chunk))
+    return {p: torch.cat(v) for p, v in out.items()}
+
+
+def mean_per_request(values: torch.Tensor, rows: list[Row], n_requests: int) -> torch.Tensor:
+    index = torch.tensor([r.request for r in rows], device=values.device)
+    sums = torch.zeros(n_requests, values.shape[-1], device=values.device).index_add_(0, index, values)
+    counts = torch.bincount(index, minlength=n_requests).clamp_min(1).unsqueeze(-1)
+    return sums / counts
+
+
+def compute_keys(model, arch: Arch, tokenizer, requests, templates, layers, batch, device) -> dict[int, torch.Tensor]:
+    """k at each layer: the down-projection input at the subject's last token, averaged over templates."""
+    rows = prompt_rows(tokenizer, requests, templates, with_target=False)
+    states = subject_states(model, arch, tokenizer, rows, [arch.down(l) for l in layers], "input", batch, device)
+    return {l: mean_per_request(states[arch.down(l)], rows, len(requests)) for l in layers}
+
+
+def block_outputs(model, arch: Arch, tokenizer, requests, layer: int, batch: int, device) -> torch.Tensor:
+    """h: the output of block `layer` at the subject's last token of the bare prompt, (n, d)."""
+    rows = prompt_rows(tokenizer, requests, [""], with_target=False)
+    return subject_states(model, arch, tokenizer, rows, [arch.block(layer)], "output", batch, device)[arch.block(layer)]
+
+
+# ---------------------------------------------------------------- context templates and covariance
+
+
+@torch.no_grad()
+def context_templates(model, tokenizer, n: int, length: int, device) -> list[str]:
+    """"" (the bare prompt) plus n model-generated prefixes ending in ". " (the paper's random-prefix prompts)."""
+    if n <= 0:
+        return [""]
+    seeds = [PREFIX_SEEDS[i % len(PREFIX_SEEDS)] for i in range(n)]
+    templates = [""]
+    for seed in seeds:
+        ids = torch.tensor([tokenizer(seed)["input_ids"]], device=device)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=length, do_sample=True,
+                             top_k=100, temperature=0.5, pad_token_id=pad_id(tokenizer))
+        text = tokenizer.decode(out[0], skip_special_tokens=True).replace("{", " ").replace("}", " ")
+        templates.append(" ".join(text.split()) + ". ")
+    return templates
+
+
+class _StopForward(Exception):
+    pass
+
+
+def model_fingerprint(model) -> str:
+    digest = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            p = param.detach().double()
+            digest.update(f"{name}:{p.sum().item():.10e}:{p.square().sum().item():.10e}".encode())
+    return digest.hexdigest()[:16]
+
+
+def stats_dir(configured: str | None) -> Path:
+    if configured:
+        return Path(configured).expanduser()
+    root = os.environ.get("ICLRKIT_CACHE_DIR", Path.home() / ".cache" / "iclrkit")
+    return Path(root).expanduser() / "edit-stats"
+
+
+@torch.no_grad()
+def key_covariance(model, arch: Arch, tokenizer, layers: list[int], text: str, n_tokens: int, seqlen: int,
+                   cache: Path, device, progress=None) -> dict[int, torch.Tensor]:
+    """C_l = E[k kᵀ] of the down-projection inputs over n_tokens of text (fp64 accumulation, fp32 result),
+    cached on disk under a fingerprint of the model, the text, the layer and the sample size."""
+    from toolkit.data.text import calibration_windows
+    from toolkit.linalg.hessian import HessianAccumulator
+    from toolkit.nn.hooks import module_at
+
+    text_sha = hashlib.sha256(text.encode()).hexdigest()[:16]
+    base = f"{model_fingerprint(model)}-{text_sha}-{n_tokens}-{seqlen}"
+    files = {l: cache / f"cov-{base}-layer{l}.pt" for l in layers}
+    covs = {l: torch.load(f, weights_only=True) for l, f in files.items() if f.is_file()}
+    todo = [l for l in layers if l not in covs]
+    if not todo:
+        return covs
+    n_windows = max(1, -(-n_tokens // seqlen))
+    windows = calibration_windows(tokenizer, text, n_windows, seqlen, seed=0)
+    accumulators: dict[int, HessianAccumulator] = {}
+    handles = []
+
+    def make(layer):
+        def hook(module, args, output):
+            x = args[0].detach()
+            if layer not in accumulators:
+                accumulators[layer] = HessianAccumulator(x.shape[-1], device=x.device)
+            accumulators[layer].add(x)
+            if layer == todo[-1]:
+                raise _StopForward
+        return hook
+
+    try:
+        for layer in todo:
+            handles.append(module_at(model, arch.down(layer)).register_forward_hook(make(layer)))
+        batches = range(0, len(windows), 8)
+        for start in (progress(batches, description="covariance") if progress else batches):
+            with contextlib.suppress(_StopForward):
+                model(input_ids=windows[start:start + 8].to(device))
+    finally:
+        for handle in handles:
+            handle.remove()
+    cache.mkdir(parents=True, exist_ok=True)
+    for layer in todo:
+        cov = (accumulators[layer].H / 2).float().cpu()  # the accumulator holds 2/n Σ xxᵀ
+        if not torch.isfinite(cov).all():
+            raise RunError(f"key covariance of layer {layer} has NaN/Inf entries")
+        tmp = files[layer].with_suffix(".tmp")
+        torch.save(cov, tmp)
+        os.replace(tmp, files[layer])
+        covs[layer] = cov
+    return covs
+
+
+# ---------------------------------------------------------------- value (δ) optimisation
+
+
+class _CachedBlocks(nn.Module):
+    """Stands in for blocks 0..L: returns block L's cached output with δ added at each row's subject token."""
+
+    def __init__(self, hidden: torch.Tensor, rows: list[Row]):
+        super().__init__()
+        self.hidden = hidden
+        self.row_index = torch.arange(len(rows), device=hidden.device)
+        self.subject_index = torch.tensor([r.subject_index for r in rows], device=hidden.device)
+        self.request = torch.tensor([r.request for r in rows], device=hidden.device)
+        self.delta: torch.Tensor | None = None
+
+    def forward(self, hidden_states, *args, **kwargs):
+        add = torch.zeros_like(self.hidden)
+        add = add.index_put((self.row_index, self.subject_index), self.delta[self.request])
+        return self.hidden + add
+
+
+@contextlib.contextmanager
+def upper_blocks_only(arch: Arch, stub: nn.Module, last_edit_layer: int):
+    """Temporarily replace blocks 0..L by `stub`, so a forward runs only blocks L+1.. on the cached states."""
+    name = arch.layers_path.rpartition(".")[2]
+    original = getattr(arch.base, name)
+    setattr(arch.base, name, nn.ModuleList([stub, *list(original)[last_edit_layer + 1:]]))
+    try:
+        yield
+    finally:
+        setattr(arch.base, name, original)
+
+
+class ValueAlignment(Protocol):
+    """An extra per-request loss on δ (EAMET's embedding alignment); requests are numbered within the batch."""
+
+    def loss(self, delta: torch.Tensor, span: range) -> torch.Tensor: ...
+
+    def record(self, delta: torch.Tensor, span: range) -> None: ...
+
+
+def optimise_values(model, arch: Arch, tokenizer, requests: list[EditRequest], templates: list[str],
+                    keys_z: torch.Tensor, config: MemitConfig, layer: int, device,
+                    alignment: ValueAlignment | None = None, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """δ for every request, in chunks of config.opt_batch requests optimised together (each its own problem,
+    earlier chunks final before later ones start); returns (δ, h), both (n, d)."""
+    deltas, inits = [], []
+    chunks = range(0, len(requests), config.opt_batch)
+    for start in (progress(chunks, description="values") if progress else chunks):
+        span = range(start, min(start + config.opt_batch, len(requests)))
+        extra = (lambda d, s=span: alignment.loss(d, s)) if alignment else None
+        delta, init = _optimise_chunk(model, arch, tokenizer, [requests[i] for i in span], templates,
+                                      keys_z[span.start:span.stop], config, layer, device, extra)
+        if alignment:
+            alignment.record(delta, span)
+        deltas.append(delta)
+        inits.append(init)
+    return torch.cat(deltas), torch.cat(inits)
+
+
+def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config, layer, device, alignment):
+    from toolkit.nn.hooks import capture
+
+    rows = prompt_rows(tokenizer, requests, templates, with_target=True)
+    essence = [EditRequest(prompt=SLOT + " is a", subject=r.subject, target_new=r.target_new, record_id=r.record_id)
+               for r in requests]
+    essence_rows = prompt_rows(tokenizer, essence, [""], with_target=False)
+    all_rows = rows + essence_rows
+    ids, mask = pad_rows(all_rows, pad_id(tokenizer), device)
+    with torch.no_grad(), capture(model, [arch.block(layer)], what="output") as records:
+        model(input_ids=ids, attention_mask=mask)
+    hidden = records[arch.block(layer)][0].float()
+    bare = [i for i, r in enumerate(rows) if i % len(templates) == 0]
+    h_init = at_subject(hidden[bare], [rows[i] for i in bare])  # bare prompt = template ""
+
+    delta = torch.zeros_like(h_init)
+    if config.init == "target":
+        key_norm = keys_z.norm(dim=-1, keepdim=True)
+        h_norm = h_init.norm(dim=-1, keepdim=True)
+        delta = torch.where(h_norm < 100, key_norm * h_init / h_norm.clamp_min(1e-12), delta)
+    max_norm = config.clamp_factor * (h_init.norm(dim=-1) if config.clamp == "h" else keys_z.norm(dim=-1))
+
+    positions, labels = [], []
+    for i, row in enumerate(rows):
+        for j, token in enumerate(row.targets):
+            positions.append((i, row.target_start + j))
+            labels.append(token)
+    pos = torch.tensor(positions, device=device)
+    labels_t = torch.tensor(labels, device=device)
+    per_row_tokens = torch.tensor([len(r.targets) for r in rows], device=device, dtype=torch.float)
+    row_owner = torch.tensor([r.request for r in rows], device=device)
+    token_row = pos[:, 0]
+    n = len(requests)
+    essence_pos = torch.tensor([(len(rows) + i, len(r.ids) - 1) for i, r in enumerate(essence_rows)], device=device)
+    prompts_per_request = torch.bincount(row_owner, minlength=n).float()
+
+    stub = _CachedBlocks(hidden, all_rows)
+    adam = MaskedAdam(delta.shape, config.v_lr, device=device)
+    active = torch.ones(n, dtype=torch.bool, device=device)
+    kl_init = None
+    with upper_blocks_only(arch, stub, layer):
+        for step in range(config.v_num_grad_steps):
+            delta.requires_grad_(True)
+            stub.delta = delta
+            last = arch.base(input_ids=ids, attention_mask=mask).last_hidden_state
+            logp = torch.log_softmax(arch.lm_head(last[pos[:, 0], pos[:, 1]]).float(), dim=-1)
+            token_nll = -logp.gather(1, labels_t[:, None]).squeeze(1) / per_row_tokens[token_row]
+            row_nll = torch.zeros(len(rows), device=device).index_add(0, token_row, token_nll)
+            nll = torch.zeros(n, device=device).index_add(0, row_owner, row_nll) / prompts_per_request
+            ess = torch.log_softmax(arch.lm_head(last[essence_pos[:, 0], essence_pos[:, 1]]).float(), dim=-1)
+            if kl_init is None:
+                kl_init = ess.detach()
+            kl = (ess.exp() * (ess - kl_init)).sum(-1)  # KL(current ‖ initial), as MEMIT codes it
+            loss = nll + config.kl_factor * kl
+            loss = loss + config.v_weight_decay * delta.norm(dim=-1) / h_init.norm(dim=-1).square()
+            if alignment is not None:
+                loss = loss + alignment(delta)
+            active &= loss.detach() >= config.early_stop_loss
+            if step == config.v_num_grad_steps - 1 or not active.any():
+                break
+            grad, = torch.autograd.grad(loss[active].sum(), delta)
+            delta = delta.detach()
+            adam.step(delta, grad, active)
+            delta = project_norm(delta, max_norm)
+    return delta.detach(), h_init
+
+
+# ---------------------------------------------------------------- insertion
+
+
+def insert(model, arch: Arch, tokenizer, requests, templates, z: torch.Tensor, layers: list[int],
+           covs: dict[int, torch.Tensor], lam: float, batch: int, device) -> dict[int, float]:
+    """Spread Z − H across the edit layers in order (MEMIT's closed form); returns ‖ΔW‖ per layer."""
+    from toolkit.models.adapters import linear_weight, set_linear_weight
+    from toolkit.nn.hooks import module_at
+
+    norms = {}
+    for index, layer in enumerate(layers):
+        keys = compute_keys(model, arch, tokenizer, requests, templates, [layer], batch, device)[layer]
+        current = block_outputs(model, arch, tokenizer, requests, layers[-1], batch, device)
+        resid = (z - current) / (len(layers) - index)
+        update = closed_form_update(keys.t(), resid.t(), covs[layer].to(device), lam)
+        module = module_at(model, arch.down(layer))
+        weight = linear_weight(module, arch.conv1d)
+        if not torch.isfinite(update).all():
+            raise RunError(f"MEMIT update of layer {layer} has NaN/Inf entries", "raise mom2_update_weight")
+        set_linear_weight(module, (weight.double() + update).to(weight.dtype), arch.conv1d)
+        norms[layer] = float(update.norm())
+    return norms
+
+
+# ---------------------------------------------------------------- run
+
+
+def run_memit(config: MemitConfig, ctx) -> dict:
+    return run_editing(config, ctx, technique="edit.memit", paper=PAPER, alignment_factory=None)
+
+
+def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> dict:
+    """Shared glue of MEMIT and EAMET: load, covariance, (batched) edits, metrics, saved model."""
+    import time
+
+    from toolkit.data.text import load_text
+    from toolkit.edit.facts import load_facts
+    from toolkit.edit.metrics import evaluate, alignment_spearman
+    from toolkit.models.source import load_model
+
+    facts = load_facts(config.data, config.n_edits)
+    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
+    model.eval()
+    for param in model.parameters():
+        param.requires_grad_(False)
+    arch = Arch.of(model)
+    layers = check_layers(config.layers if config.layers is not None else default_layers(len(arch.layers)),
+                          len(arch.layers))
+    for request in facts:  # fail on bad records before any expensive work
+        target_ids(tokenizer, request.target_new, request.record_id)
+    ctx.inputs.update({"model": config.model, "data": config.data})
+    device = ctx.device
+    clock = time.perf_counter()
+    covs = key_covariance(model, arch, tokenizer, layers, load_text(config.cov_data), config.cov_tokens,
+                          config.cov_seqlen, stats_dir(config.stats_dir), device, ctx.progress)
+    templates = context_templates(model, tokenizer, config.context_prefixes, config.prefix_tokens, device)
+    if config.eval_before:
+        ctx.baselines["unedited"] = evaluate(model, tokenizer, facts, config, device, ctx.progress)
+    batch = config.batch_size or len(facts)
+    all_keys, all_deltas, per_batch = [], [], []
+    alignment = alignment_factory() if alignment_factory else None
+    for start in range(0, len(facts), batch):
+        chunk = facts[start:start + batch]
+        keys_z = compute_keys(model, arch, tokenizer, chunk, templates, [layers[-1]], config.eval_batch,
+                              device)[layers[-1]]
+        if alignment:
+            alignment.begin_batch(keys_z)
+        delta, h = optimise_values(model, arch, tokenizer, chunk, templates, keys_z, config, layers[-1], device,
+                                   alignment, ctx.progress)
+        norms = insert(model, arch, tokenizer, chunk, templates, h + delta, layers, covs,
+                       config.mom2_update_weight, config.eval_batch, device)
+        all_keys.append(keys_z)
+        all_deltas.append(delta)
+        if config.batch_size:
+            scores = evaluate(model, tokenizer, chunk, config, device, None, parts=("efficacy",))
+            per_batch.append({"start": start, "size": len(chunk), **scores,
+                              **{f"delta_w_norm_layer{l}": v for l, v in norms.items()}})
+    edit_seconds = time.perf_counter() - clock
+    metrics = evaluate(model, tokenizer, facts, config, device, ctx.progress)
+    metrics["alignment_spearman"] = alignment_spearman(torch.cat(all_keys), torch.cat(all_deltas))
+    metrics.update({"n_edits": len(facts), "layers": layers, "edit_seconds": round(edit_seconds, 2)})
+    if per_batch:
+        metrics["batches"] = per_batch
+    ctx.metrics.update(metrics)
+    if config.save_model:
+        from toolkit.models.save import save_model
+
+        save_model(model, tokenizer, ctx.path("model"), technique=technique, source=config.model, paper=paper,
+                   metadata={"technique": technique, "layers": layers, "n_edits": len(facts)})
+    (ctx.path("metrics.json")).write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
+def plan(config: MemitConfig, ctx) -> dict:
+    from toolkit.edit.facts import load_facts
+
+    facts = load_facts(config.data, config.n_edits)
+    return {"n_edits": len(facts), "layers": config.layers or "default ([3,4] with >= 8 blocks)",
+            "batch_size": config.batch_size or len(facts), "stats_dir": str(stats_dir(config.stats_dir))}
