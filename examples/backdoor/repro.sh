@@ -8,10 +8,10 @@ OUT=runs/repro-backdoor
 DATA=../shared/data/sst2
 mkdir -p "$OUT"
 if [ ! -f "$OUT/victim/model/config.json" ]; then
-  $PY -m cli.main -q defend attack -d "$DATA/train.tsv" --eval-data "$DATA/dev.tsv" --config examples/backdoor/attack.yaml \
+  OMP_NUM_THREADS=1 $PY -m cli.main -q defend attack -d "$DATA/train.tsv" --eval-data "$DATA/dev.tsv" --config examples/backdoor/attack.yaml \
       -o "$OUT/victim" --overwrite > /dev/null
 fi
-$PY -m cli.main -q defend backdoor -m "$OUT/victim/model" -d "$DATA/dev.tsv" --clean "$OUT/victim/heldout.tsv" \
+OMP_NUM_THREADS=1 $PY -m cli.main -q defend backdoor -m "$OUT/victim/model" -d "$DATA/dev.tsv" --clean "$OUT/victim/heldout.tsv" \
     --config examples/backdoor/defend.yaml -o "$OUT/eval" --overwrite > /dev/null
 $PY - "$OUT" <<'PYEOF'
 import json, sys

@@ -42,6 +42,8 @@ class BackdoorConfig(BaseConfig):
     percentile: float = 95.0
     max_length: int = 256
     batch_size: int = 32
+    max_rows: Optional[int] = None  # screen/evaluate a seeded random subset of `data` of this size
+    max_clean: Optional[int] = None  # calibrate on a seeded random subset of `clean` of this size
     eval_trigger: Optional[str] = None  # evaluate: poison correctly classified non-target rows of `data` with it
     target_label: int = 1
     baselines: list[Literal["strip", "onion"]] = []
@@ -121,8 +123,8 @@ def run_backdoor(config: BackdoorConfig, ctx) -> dict:
 
     model, tokenizer = _load_classifier(config.model, ctx)
     ctx.inputs["model"] = config.model
-    texts, labels = _texts(config.data)
-    clean_texts, _ = _texts(config.clean)
+    texts, labels = _subset(*_texts(config.data), config.max_rows, ctx.seed)
+    clean_texts, _ = _subset(*_texts(config.clean), config.max_clean, ctx.seed)
     score = lambda items: score_texts(model, tokenizer, items, config.batch_size, config.max_length,  # noqa: E731
                                       ctx.device, ctx.progress)
     threshold = percentile_threshold([s.score for s in score(clean_texts)], config.percentile)
@@ -134,6 +136,14 @@ def run_backdoor(config: BackdoorConfig, ctx) -> dict:
         return ctx.metrics
     require(labels is not None, "evaluation (--trigger) needs labelled data (a 'label' on every row)")
     return _evaluate(config, ctx, model, tokenizer, texts, labels, clean_texts, score, threshold)
+
+
+def _subset(texts, labels, size: Optional[int], seed: int):
+    if size is None or size >= len(texts):
+        return texts, labels
+    require(size > 0, f"max_rows must be positive, got {size}")
+    keep = sorted(random.Random(seed).sample(range(len(texts)), size))
+    return [texts[i] for i in keep], None if labels is None else [labels[i] for i in keep]
 
 
 def _write_decisions(path, texts, decisions) -> None:
