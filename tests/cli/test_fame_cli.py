@@ -48,6 +48,7 @@ def test_fame_end_to_end_verified(cli, tiny_model, images, tmp_path):
     metrics = record["metrics"]
     assert record["technique"] == "explain.fame" and metrics["verified_fraction"] == 1.0
     assert metrics["mean_size_min"] <= metrics["mean_refined_size"] <= metrics["mean_size"]
+    assert metrics["mean_refined_dist_to_minimal"] == 0  # every kept pixel proven necessary after the MILP pass
     explained = json.loads((out / "explanations.json").read_text())
     assert len(explained["samples"]) == metrics["n_explained"]
     for sample in explained["samples"]:
