@@ -53,9 +53,11 @@ def test_fame_end_to_end_verified(cli, tiny_model, images, tmp_path):
     assert len(explained["samples"]) == metrics["n_explained"]
     for sample in explained["samples"]:
         assert sum(map(sum, sample["mask"])) == sample["size"] == len(sample["explanation"])
+        assert sum(sample["freed_per_round"]) + sample["freed_by_singleton_phase"] == 9 - sample["size"]
     assert (out / "overlays.png").stat().st_size > 0 and (out / "run.json").exists()
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_verix_end_to_end_and_onnx(cli, tiny_model, images, tmp_path):
     onnx_path = tmp_path / "net.onnx"
     torch.onnx.export(tiny_model[1].eval(), (torch.zeros(1, 1, 3, 3),), str(onnx_path), dynamo=False)

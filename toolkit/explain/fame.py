@@ -60,7 +60,6 @@ class FameTrace:
     free: torch.Tensor  # (P,) bool: pixels freed; the explanation is the complement
     rounds: list = field(default_factory=list)  # pixels freed by each batch round
     singleton_freed: int = 0
-    bound_calls: int = 0
 
 
 def greedy_knapsack(cost: torch.Tensor, capacity: torch.Tensor, m: int) -> torch.Tensor:
@@ -120,8 +119,7 @@ def batch_round(net: AffineNet, x0, lower, upper, free: torch.Tensor, label: int
     return best
 
 
-def singleton_phase(net: AffineNet, x0, lower, upper, free: torch.Tensor, label: int, method: str,
-                    trace: FameTrace) -> torch.Tensor:
+def singleton_phase(net: AffineNet, x0, lower, upper, free: torch.Tensor, label: int, method: str) -> torch.Tensor:
     """Free the pixels certifiable one at a time (on the plain box), by recursive halving of that set."""
     remaining = (~free).nonzero().flatten()
     if len(remaining) == 0:
@@ -129,14 +127,12 @@ def singleton_phase(net: AffineNet, x0, lower, upper, free: torch.Tensor, label:
     rows = free.expand(len(remaining), -1).clone()
     rows[torch.arange(len(remaining)), remaining] = True
     ok = certified(net, box_domains(net, x0, lower, upper, rows), label, method)
-    trace.bound_calls += 1
 
     def release(group: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
         if len(group) == 0:
             return current
         trial = current.clone()
         trial[group] = True
-        trace.bound_calls += 1
         if bool(certified(net, box_domains(net, x0, lower, upper, trial[None]), label, method)[0]):
             return trial
         if len(group) == 1:
@@ -154,7 +150,6 @@ def fame_explain(net: AffineNet, x0: torch.Tensor, lower: torch.Tensor, upper: t
     trace = FameTrace(free=torch.zeros(net.n_features, dtype=torch.bool))
     while bound_method == "crown" and not bool(trace.free.all()):
         chosen = batch_round(net, x0, lower, upper, trace.free, label, knapsack)
-        trace.bound_calls += 1
         if len(chosen) == 0:
             break
         trace.free[chosen] = True
@@ -163,7 +158,7 @@ def fame_explain(net: AffineNet, x0: torch.Tensor, lower: torch.Tensor, upper: t
             break
     if singleton:
         before = int(trace.free.sum())
-        trace.free = singleton_phase(net, x0, lower, upper, trace.free, label, bound_method, trace)
+        trace.free = singleton_phase(net, x0, lower, upper, trace.free, label, bound_method)
         trace.singleton_freed = int(trace.free.sum()) - before
     return trace
 
@@ -172,7 +167,8 @@ def run(config: FameConfig, ctx) -> dict:
     from toolkit.explain.formal_runs import explain_images
 
     def explain(net, sample):
-        return fame_explain(net, sample.x0, sample.lower, sample.upper, sample.label, config.knapsack,
-                            config.refine_domain, config.singleton_phase, config.bound_method).free
+        trace = fame_explain(net, sample.x0, sample.lower, sample.upper, sample.label, config.knapsack,
+                             config.refine_domain, config.singleton_phase, config.bound_method)
+        return trace.free, {"freed_per_round": trace.rounds, "freed_by_singleton_phase": trace.singleton_freed}
 
     return explain_images(config, ctx, "fame", explain, refine=config.refine)

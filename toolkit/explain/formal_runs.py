@@ -88,9 +88,10 @@ def select_samples(net: AffineNet, images, labels, epsilon: float, start: int, c
     return chosen, skipped
 
 
-def explain_images(config, ctx, method: str, explain: Callable[[AffineNet, Sample], torch.Tensor],
+def explain_images(config, ctx, method: str, explain: Callable[[AffineNet, Sample], tuple[torch.Tensor, dict]],
                    refine: str = "none") -> dict:
-    """Explain every selected image; write explanations.json (+ overlays.png); return the metrics."""
+    """Explain every selected image; write explanations.json (+ overlays.png); return the metrics.
+    `explain` returns the freed pixels (P,) bool and extra per-image fields for explanations.json."""
     require(0 < config.epsilon <= 1, f"epsilon must be in (0, 1], got {config.epsilon}")
     require(config.n_samples >= 1 and config.start >= 0, "n_samples must be >= 1 and start >= 0")
     net, _ = load_net(config.model)
@@ -111,7 +112,7 @@ def explain_images(config, ctx, method: str, explain: Callable[[AffineNet, Sampl
 
 def explain_one(net: AffineNet, sample: Sample, explain, config, refine: str, seed: int) -> dict:
     clock = time.perf_counter()
-    free = explain(net, sample)
+    free, details = explain(net, sample)
     seconds = time.perf_counter() - clock
     clock = time.perf_counter()
     necessary = necessary_features(net, sample.x0, sample.lower, sample.upper, free, sample.label, config.attack,
@@ -120,6 +121,7 @@ def explain_one(net: AffineNet, sample: Sample, explain, config, refine: str, se
               "size_min": int(necessary.sum()), "seconds": seconds, "attack_seconds": time.perf_counter() - clock}
     record["dist_to_minimal"] = record["size"] - record["size_min"]
     record["explanation"] = (~free).nonzero().flatten().tolist()
+    record.update(details)
     if config.verify == "exact":
         verdict = exact_check(net, sample.x0, sample.lower, sample.upper, free, sample.label, config.exact_time_limit)
         record["verified"] = verdict.robust

@@ -89,6 +89,6 @@ def run(config: VerixConfig, ctx) -> dict:
 
     def explain(net, sample):
         return verix_explain(net, sample.x0, sample.lower, sample.upper, sample.label, config.order, config.oracle,
-                             config.exact_time_limit)
+                             config.exact_time_limit), {}
 
     return explain_images(config, ctx, f"verix-{config.oracle}", explain)
