@@ -77,6 +77,7 @@ def _csv(path, rows):
     ("text", 2, "not numeric"),
     ("ok", 0, "k must be >= 1"),
     ("ok", 50, "exceeds the number of points"),
+    ("ok_bad_time", 2, "time_limit"),
 ])
 def test_bad_input_exits_2(cli, tmp_path, case, k, message):
     rng = np.random.default_rng(0)
@@ -88,8 +89,10 @@ def test_bad_input_exits_2(cli, tmp_path, case, k, message):
         "text": lambda: _csv(tmp_path / "t.csv", [[1, 2], ["a", "b"]]),
         "ok": lambda: _csv(tmp_path / "ok.csv", rng.normal(size=(8, 2)).tolist()),
     }
+    files["ok_bad_time"] = files["ok"]
     out = tmp_path / "out"
-    r = cli(["cluster", "khc", "solve", "-d", files[case](), "-k", str(k), "--out", out])
+    extra = ["--time-limit", "0"] if case == "ok_bad_time" else []
+    r = cli(["cluster", "khc", "solve", "-d", files[case](), "-k", str(k), "--out", out, *extra])
     assert r.exit_code == 2
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not out.exists()

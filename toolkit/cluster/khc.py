@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
 from toolkit.cluster.khc_heuristic import (
     PlaneFit,
@@ -50,14 +51,14 @@ class KhcConfig(BaseConfig):
     """`iclrkit cluster khc solve`: k-HC2 to proven optimality (SCIP) or by the k-planes heuristic alone."""
 
     data: str                                  # points: .csv (one row per point, optional header) or .npy (n x d)
-    k: int = 2                                 # number of hyperplanes, 1 <= k <= n
+    k: int = 2                                 # number of hyperplanes, 1 <= k <= n (checked against the data)
     formulation: Formulation = "inf"           # plain = k-HC(2,1); inf = (1, 1/sqrt d); one = (inf, 1); multi = both
     heuristic_only: bool = False               # skip SCIP; report the best k-planes solution
-    time_limit: float = 600.0                  # seconds (SCIP limits/time)
-    gap: float = 0.0                           # stop at this relative primal-dual gap (limits/gap); 0 = prove optimum
-    node_limit: int = -1                       # B&B node limit (limits/nodes); -1 = none
-    threads: int = 1                           # > 1 runs SCIP's concurrent solver (racing settings)
-    restarts: int = 100                        # k-planes restarts for the warm start / upper bound
+    time_limit: float = Field(600.0, gt=0)     # seconds (SCIP limits/time)
+    gap: float = Field(0.0, ge=0)              # stop at this relative primal-dual gap (limits/gap); 0 = prove optimum
+    node_limit: int = Field(-1, ge=-1)         # B&B node limit (limits/nodes); -1 = none
+    threads: int = Field(1, ge=1)              # > 1 runs SCIP's concurrent solver (racing settings)
+    restarts: int = Field(100, ge=1)           # k-planes restarts for the warm start / upper bound
     warm_start: bool = True                    # hand the heuristic solution to SCIP as incumbent (a cutoff)
     norm_branch_priority: bool = True          # branch on the norm binaries u/s first (Prop 4)
     plot: bool = True                          # write plot.png for d = 2 or 3
