@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from cli._options import ConfigOpt, DeviceOpt, DryRunOpt, JsonOpt, OutOpt, OverwriteOpt, SeedOpt, SetOpt
+from cli._options import (
+    ConfigOpt,
+    DeviceOpt,
+    DryRunOpt,
+    JsonOpt,
+    OutOpt,
+    OverwriteOpt,
+    SeedOpt,
+    SetOpt,
+)
 from cli._runner import Common, execute
 
 app = typer.Typer(no_args_is_help=True, help="Causal decision analysis.")
 
 
-def _parse_given(items: Optional[list[str]]) -> Optional[dict]:
+def _parse_given(items: list[str] | None) -> dict | None:
     if not items:
         return None
     from toolkit.core.errors import BadInputError
@@ -33,11 +42,11 @@ def _parse_given(items: Optional[list[str]]) -> Optional[dict]:
                     "iclrkit causal influence --sem model.yaml --given U=1 --method exact --json")
 def influence(
     sem: Annotated[str, typer.Option(help="Model spec .yaml/.json (variables, parents, roles, CPTs) or example:1..4.")],
-    data: Annotated[Optional[str], typer.Option("--data", "-d", help="Observational CSV to fit the CPTs on.")] = None,
-    variable: Annotated[Optional[list[str]], typer.Option(help="Actionable variable to measure (repeatable).")] = None,
-    given: Annotated[Optional[list[str]], typer.Option(help="Observed NAME=VALUE before the decision.")] = None,
-    method: Annotated[Optional[str], typer.Option(help="exact | mcts | both.")] = None,
-    iterations: Annotated[Optional[int], typer.Option(help="UCT iterations per variable.")] = None,
+    data: Annotated[str | None, typer.Option("--data", "-d", help="Observational CSV to fit the CPTs on.")] = None,
+    variable: Annotated[list[str] | None, typer.Option(help="Actionable variable to measure (repeatable).")] = None,
+    given: Annotated[list[str] | None, typer.Option(help="Observed NAME=VALUE before the decision.")] = None,
+    method: Annotated[str | None, typer.Option(help="exact | mcts | both.")] = None,
+    iterations: Annotated[int | None, typer.Option(help="UCT iterations per variable.")] = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False,
 ) -> None:

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from cli._options import ConfigOpt, DeviceOpt, DryRunOpt, JsonOpt, OutOpt, OverwriteOpt, SeedOpt, SetOpt
+from cli._options import (
+    ConfigOpt,
+    DeviceOpt,
+    DryRunOpt,
+    JsonOpt,
+    OutOpt,
+    OverwriteOpt,
+    SeedOpt,
+    SetOpt,
+)
 from cli._runner import Common, execute
 
 app = typer.Typer(no_args_is_help=True, help="Research studies as experiments (JSON + PNG in --out).")
 
 
-def _floats(text: Optional[str]) -> Optional[list[float]]:
+def _floats(text: str | None) -> list[float] | None:
     return None if text is None else [float(v) for v in text.split(",") if v.strip()]
 
 
-def _ints(text: Optional[str]) -> Optional[list[int]]:
+def _ints(text: str | None) -> list[int] | None:
     return None if text is None else [int(v) for v in text.split(",") if v.strip()]
 
 
@@ -35,9 +44,9 @@ def _parsed(parse, text, flag):
                     "iclrkit study cot --steps 300 --modes cot --out runs/cot-smoke | "
                     "iclrkit study cot --config examples/cot/config.yaml --set label_noise=0.2 --out runs/cot-noise")
 def cot(
-    steps: Annotated[Optional[int], typer.Option(help="Training steps per model.")] = None,
-    modes: Annotated[Optional[list[str]], typer.Option(help="cot and/or nocot (repeatable).")] = None,
-    label_noise: Annotated[Optional[float], typer.Option(help="Share of two-hop train items with a random t.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Training steps per model.")] = None,
+    modes: Annotated[list[str] | None, typer.Option(help="cot and/or nocot (repeatable).")] = None,
+    label_noise: Annotated[float | None, typer.Option(help="Share of two-hop train items with a random t.")] = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False,
 ) -> None:
@@ -56,12 +65,12 @@ def cot(
                     "iclrkit study benign-overfit --d 100,400 --mu 1,2 --loss logistic --json | "
                     "iclrkit study benign-overfit --set noise=student_t --set dof=5 --out runs/bo-t")
 def benign_overfit(
-    n: Annotated[Optional[str], typer.Option(help="Training-set sizes, comma-separated.")] = None,
-    d: Annotated[Optional[str], typer.Option(help="Dimensions, comma-separated.")] = None,
-    mu: Annotated[Optional[str], typer.Option(help="Signal norms ‖μ‖, comma-separated.")] = None,
-    loss: Annotated[Optional[str], typer.Option(help="exponential | logistic.")] = None,
-    steps: Annotated[Optional[int], typer.Option(help="GD steps.")] = None,
-    repeats: Annotated[Optional[int], typer.Option(help="Training sets per grid point.")] = None,
+    n: Annotated[str | None, typer.Option(help="Training-set sizes, comma-separated.")] = None,
+    d: Annotated[str | None, typer.Option(help="Dimensions, comma-separated.")] = None,
+    mu: Annotated[str | None, typer.Option(help="Signal norms ‖μ‖, comma-separated.")] = None,
+    loss: Annotated[str | None, typer.Option(help="exponential | logistic.")] = None,
+    steps: Annotated[int | None, typer.Option(help="GD steps.")] = None,
+    repeats: Annotated[int | None, typer.Option(help="Training sets per grid point.")] = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False,
 ) -> None:

@@ -6,13 +6,21 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from toolkit.study.benign_overfit import (BenignOverfitConfig, forward, loss_derivative, output_weights,
-                                          reference_error, sample_mixture, simulate_point, train_gd)
+from toolkit.study.benign_overfit import (
+    BenignOverfitConfig,
+    forward,
+    loss_derivative,
+    output_weights,
+    reference_error,
+    sample_mixture,
+    simulate_point,
+    train_gd,
+)
 
 
 def test_reference_limits():
     # n‖μ‖² ≫ d: Bayes error Φ(−‖μ‖); the isotropic Φ from the standard normal CDF
-    phi = lambda t: 0.5 * (1 + math.erf(t / math.sqrt(2)))  # noqa: E731
+    phi = lambda t: 0.5 * (1 + math.erf(t / math.sqrt(2)))
     assert reference_error(2.0, 0, 50) == pytest.approx(phi(-2.0))
     assert reference_error(1.0, 10**9, 50) == pytest.approx(0.5, abs=1e-3)
     assert reference_error(1.5, 300, 50) == pytest.approx(phi(-1.5**2 / math.sqrt(1.5**2 + 6)))
@@ -65,7 +73,7 @@ def test_interpolates_and_tracks_reference_when_overparameterised():
 
 
 def test_student_t_noise_has_unit_variance():
-    x, y = sample_mixture(4000, 50, 1.0, np.random.default_rng(0), noise="student_t", dof=5)
+    x, _ = sample_mixture(4000, 50, 1.0, np.random.default_rng(0), noise="student_t", dof=5)
     assert np.var(x[:, 1:]) == pytest.approx(1.0, abs=0.1)
 
 

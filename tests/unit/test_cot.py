@@ -3,9 +3,17 @@
 import pytest
 import torch
 
-from toolkit.study.cot import (CotConfig, Vocab, bridge_ranks, build_model, encode, first_resolved_layer,
-                               make_knowledge_base, to_batch, train_one)
-
+from toolkit.study.cot import (
+    CotConfig,
+    Vocab,
+    bridge_ranks,
+    build_model,
+    encode,
+    first_resolved_layer,
+    make_knowledge_base,
+    to_batch,
+    train_one,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -17,7 +25,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-SMALL = dict(n_entities=60, n_relations=8, out_degree=4, ood_fraction=0.2, n_test=50)
+SMALL = {"n_entities": 60, "n_relations": 8, "out_degree": 4, "ood_fraction": 0.2, "n_test": 50}
 
 
 def test_knowledge_base_invariants():
@@ -54,7 +62,7 @@ def test_cot_and_plain_targets():
         index = len(kb.facts)  # two-hop items follow the atomic ones
         assert sequences[index][:3] == [head, vocab.relation(r1), vocab.relation(r2)]
         assert sequences[index][starts[index]:] == expected
-        ids, labels = to_batch(sequences, starts, vocab)
+        _, labels = to_batch(sequences, starts, vocab)
         assert (labels[index, :3] == -100).all() and labels[index, 3:3 + len(expected)].tolist() == expected
 
 

@@ -6,8 +6,17 @@ import math
 import numpy as np
 import pytest
 
-from toolkit.causal.influence import (auf_probability, average_causal_effect, build_model, check_graph,
-                                      fit_cpts, influence_exact, influence_mcts, paper_examples, sample)
+from toolkit.causal.influence import (
+    auf_probability,
+    average_causal_effect,
+    build_model,
+    check_graph,
+    fit_cpts,
+    influence_exact,
+    influence_mcts,
+    paper_examples,
+    sample,
+)
 from toolkit.core.errors import BadInputError
 
 EXAMPLES = {e["name"]: e for e in paper_examples()}

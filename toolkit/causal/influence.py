@@ -19,9 +19,10 @@ import itertools
 import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
@@ -37,9 +38,9 @@ class InfluenceConfig(BaseConfig):
     """Influence power by exact enumeration and by the paper's UCT estimator (α = √2)."""
 
     sem: str = Field(description="Model spec (.yaml/.json with variables, parents, CPTs, roles) or example:1..4.")
-    data: Optional[str] = Field(None, description="Observational CSV: CPTs are fitted on it (Eq. 10) instead of "
+    data: str | None = Field(None, description="Observational CSV: CPTs are fitted on it (Eq. 10) instead of "
                                                   "read from the spec, which then only needs the graph.")
-    variables: Optional[list[str]] = Field(None, description="Actionable variables to measure (default: all).")
+    variables: list[str] | None = Field(None, description="Actionable variables to measure (default: all).")
     given: dict[str, str | int] = Field({}, description="Conditional InP: values observed before the decision.")
     method: Literal["exact", "mcts", "both"] = Field("both", description="exact enumeration, UCT, or both.")
     iterations: int = Field(2000, ge=1, description="UCT iterations per variable.")
@@ -442,18 +443,14 @@ def _parse_cpt(name: str, raw, domain: tuple, parent_names: list[str], parent_do
 
 
 def load_spec(path: str) -> dict:
+    import yaml
+
     file = Path(path)
     require(file.is_file(), f"model spec not found: {path}")
     text = file.read_text()
     try:
-        if file.suffix.lower() == ".json":
-            return json.loads(text)
-        import yaml
-
-        return yaml.safe_load(text)
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise BadInputError(f"malformed model spec {path}: {exc}") from None
-    except Exception as exc:  # yaml.YAMLError has no common base importable without yaml
+        return json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise BadInputError(f"malformed model spec {path}: {type(exc).__name__}") from None
 
 

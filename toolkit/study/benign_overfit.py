@@ -41,7 +41,7 @@ class BenignOverfitConfig(BaseConfig):
     repeats: int = Field(1, ge=1, description="Independent training sets per grid point (errors averaged).")
 
     @model_validator(mode="after")
-    def _check(self) -> "BenignOverfitConfig":
+    def _check(self) -> BenignOverfitConfig:
         if any(n < 2 for n in self.n_values):
             raise ValueError("every n must be at least 2")
         if any(d < 1 for d in self.d_values):

@@ -55,7 +55,7 @@ class CotConfig(BaseConfig):
     threads: int = Field(1, ge=1, description="torch CPU threads (1 is fastest on a shared 2-core machine).")
 
     @model_validator(mode="after")
-    def _check(self) -> "CotConfig":
+    def _check(self) -> CotConfig:
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}")
         if self.out_degree > self.n_relations:
