@@ -1,0 +1,64 @@
+"""`iclrkit prompt mhlp` end to end through the loopback server, and bad input."""
+
+import json
+
+import pytest
+
+from toolkit.llm.server import LoopbackServer
+
+
+@pytest.fixture()
+def qa_file(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    rows = [{"question": f"Is {n} even?", "answer": "yes" if n % 2 == 0 else "no"} for n in range(8)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hf_server(tiny_llama_dir):
+    from toolkit.llm.hf import HFBackend
+
+    with LoopbackServer(backend=HFBackend(str(tiny_llama_dir))) as url:
+        yield url
+
+
+def test_mhlp_end_to_end_over_loopback(cli, hf_server, tiny_llama_dir, qa_file, tmp_path):
+    out = tmp_path / "run"
+    r = cli(["prompt", "mhlp", "--task-model", f"openai:tiny@{hf_server}", "--proposer-model", tiny_llama_dir,
+             "-d", qa_file, "--steps", "4", "--burn-in", "1", "--thinning", "1", "--eval-size", "3",
+             "--train-size", "4", "--set", "max_response_tokens=8", "--set", "max_prompt_tokens=8",
+             "-o", out, "--json"])
+    assert r.exit_code == 0, r.stderr
+    metrics = json.loads(r.stdout)["metrics"]
+    assert metrics["n_samples"] == 4 and metrics["n_eval"] == 3
+    methods = {row["method"]: row for row in metrics["rows"]}
+    assert set(methods) == {"mhlp", "single"} and 0 <= methods["mhlp"]["ece"] <= 1
+    steps = [json.loads(line) for line in (out / "chain.jsonl").read_text().splitlines()]
+    assert len(steps) == 4 and all("log_q_reverse" in s for s in steps)
+    assert len(json.loads((out / "samples.json").read_text())) == 4
+
+
+def test_backend_without_logprobs_names_the_capability(cli, qa_file, tmp_path):
+    with LoopbackServer(reply=lambda prompt: "Answer: yes") as url:
+        spec = f"openai:scripted@{url}"
+        r = cli(["prompt", "mhlp", "--task-model", spec, "--proposer-model", spec, "-d", qa_file,
+                 "-o", tmp_path / "o"])
+    assert r.exit_code == 3
+    assert "cannot score supplied text" in r.stderr and "'score'" in r.stderr
+
+
+@pytest.mark.parametrize("content, message", [("", "no records"), ('{"question": "q", "answer": "a"}\n', "at least 2"), ("{bad json\n", ":1: malformed"),
+                                               ('{"question": "q"}\n{"question": "r"}\n', "answer")])
+def test_bad_data(cli, tiny_llama_dir, tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    r = cli(["prompt", "mhlp", "--task-model", tiny_llama_dir, "--proposer-model", tiny_llama_dir, "-d", path,
+             "-o", tmp_path / "o"])
+    assert r.exit_code == 2 and message in r.stderr
+
+
+def test_out_of_range_knob(cli, tiny_llama_dir, qa_file, tmp_path):
+    r = cli(["prompt", "mhlp", "--task-model", tiny_llama_dir, "--proposer-model", tiny_llama_dir, "-d", qa_file,
+             "--thinning", "0", "-o", tmp_path / "o"])
+    assert r.exit_code == 2

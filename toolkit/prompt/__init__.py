@@ -1,0 +1,1 @@
+"""Prompt inference: MHLP (Textual Bayes) — the system prompt as a Bayesian parameter."""

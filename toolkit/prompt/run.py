@@ -1,0 +1,124 @@
+"""run() for `iclrkit prompt mhlp`."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Optional
+
+import numpy as np
+from pydantic import Field
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.errors import BadInputError, ResourceError, require
+from toolkit.prompt import mhlp
+
+
+class MHLPConfig(BaseConfig):
+    """Textual Bayes / MHLP (https://arxiv.org/abs/2506.10060, code layer6ai-labs/textual-bayes).
+
+    Defaults follow conf/method/textual_bayes.yaml and mcmc/malangevin.yaml: 20 steps (one example each),
+    burn-in 2, thinning 2, 1 chain, β = 100, task temperature 1. Extra chains restart from the initial prompt
+    with their own seeds (the official code rewords it with an LLM first)."""
+
+    task_model: str
+    proposer_model: str
+    data: str  # JSONL with "question" and "answer"
+    initial_prompt: str = "You are a helpful assistant. Think step by step."
+    meta_prompt: str = mhlp.DEFAULT_META_PROMPT
+    beta: float = Field(100.0, ge=0)
+    steps: int = Field(20, ge=1)
+    burn_in: int = Field(2, ge=0)
+    thinning: int = Field(2, ge=1)
+    chains: int = Field(1, ge=1)
+    train_size: int = Field(20, ge=1)  # chain examples carved from the data (fixed seed)
+    eval_size: int = Field(100, ge=1)  # evaluation examples (disjoint from the chain examples)
+    temperature: float = Field(1.0, ge=0)
+    max_response_tokens: int = Field(64, ge=1)
+    max_prompt_tokens: int = Field(64, ge=1)
+    answer_pattern: str = mhlp.ANSWER_PATTERN
+    classes: Optional[list[str]] = None  # answer labels; default: the distinct gold answers in the data
+
+
+def load_examples(path: str) -> list[dict]:
+    from toolkit.data.text import read_jsonl
+
+    rows = read_jsonl(path, required=("question", "answer"))
+    require(len(rows) >= 2, f"{path}: MHLP needs at least 2 examples (chain + evaluation), got {len(rows)}")
+    return [{"question": str(r["question"]), "answer": str(r["answer"]).strip().lower()} for r in rows]
+
+
+def split_examples(rows: list[dict], train_size: int, eval_size: int, seed: int) -> tuple[list, list]:
+    order = np.random.default_rng(seed).permutation(len(rows))
+    n_train = min(train_size, len(rows) - 1)
+    train = [rows[i] for i in order[:n_train]]
+    test = [rows[i] for i in order[n_train:n_train + eval_size]]
+    return train, test
+
+
+def check_can_score(llm, role: str) -> None:
+    """Probe once so a server without echo log-probs fails before any sampling, naming the capability."""
+    llm.require("score", f"MHLP ({role}: proposal, prior and likelihood log-probs)")
+    try:
+        llm.score(["Question:"], [" yes"])
+    except ResourceError as exc:
+        raise ResourceError(f"{role} backend '{llm.name}' cannot score supplied text (capability 'score': "
+                            f"log-probs of given text), which MHLP needs", exc.hint) from None
+
+
+def uncertainty_row(method: str, probs: np.ndarray, labels: list[int]) -> dict:
+    from toolkit.eval.metrics import brier_score, expected_calibration_error
+
+    predictions = probs.argmax(axis=1)
+    return {"method": method, "accuracy": float(np.mean(predictions == np.asarray(labels))),
+            "ece": expected_calibration_error(probs, labels), "brier": brier_score(probs, labels)}
+
+
+def run_mhlp(config: MHLPConfig, ctx) -> dict:
+    from toolkit.llm import load_llm
+
+    rows = load_examples(config.data)
+    try:
+        re_pattern = re.compile(config.answer_pattern)
+    except re.error as exc:
+        raise BadInputError(f"answer_pattern is not a valid regex: {exc}") from None
+    require(re_pattern.groups >= 1, "answer_pattern needs one capture group for VALUE")
+    classes = config.classes or sorted({r["answer"] for r in rows})
+    require(len(classes) >= 2, "MHLP's calibration metrics need at least 2 answer classes")
+    train, test = split_examples(rows, config.train_size, config.eval_size, ctx.seed)
+    task = load_llm(config.task_model, device=ctx.device, dtype=ctx.torch_dtype)
+    proposer = (task if config.proposer_model == config.task_model
+                else load_llm(config.proposer_model, device=ctx.device, dtype=ctx.torch_dtype))
+    check_can_score(proposer, "proposer")
+    check_can_score(task, "task")
+
+    samples, log_path, accepted = [], ctx.path("chain.jsonl"), []
+    with open(log_path, "w") as log:
+        for chain in range(config.chains):
+            rng = np.random.default_rng(ctx.seed + chain)
+            agent = mhlp.LLMProposer(task, proposer, config.temperature, config.max_response_tokens,
+                                     config.max_prompt_tokens, seed=ctx.seed * 1000 + chain * 100_000)
+            theta, states = config.initial_prompt, [config.initial_prompt]
+            for step in ctx.progress(range(config.steps), total=config.steps, description=f"chain {chain}"):
+                theta, record = mhlp.mh_step(agent, task, theta, train[step % len(train)], config.beta,
+                                             config.meta_prompt, rng, config.answer_pattern)
+                states.append(theta)
+                accepted.append(record["accepted"])
+                log.write(json.dumps({"chain": chain, "step": step, **record}) + "\n")
+            samples += mhlp.thin(states, config.burn_in, config.thinning)
+    require(samples, "burn_in leaves no samples: lower burn_in or raise steps")
+    with open(ctx.path("samples.json"), "w") as f:
+        json.dump(samples, f, indent=1)
+
+    questions = [r["question"] for r in test]
+    labels = [classes.index(r["answer"]) if r["answer"] in classes else -1 for r in test]
+    require(all(label >= 0 for label in labels), "an evaluation answer is not among `classes`")
+    ensemble = mhlp.predictive(task, samples, questions, classes, config.temperature, config.max_response_tokens,
+                               ctx.seed, config.answer_pattern)
+    single = mhlp.predictive(task, [config.initial_prompt] * len(samples), questions, classes, config.temperature,
+                             config.max_response_tokens, ctx.seed, config.answer_pattern)
+    rows_out = [uncertainty_row("mhlp", ensemble, labels), uncertainty_row("single", single, labels)]
+    ctx.inputs.update(task_model=config.task_model, proposer_model=config.proposer_model)
+    ctx.metrics.update(n_samples=len(samples), acceptance_rate=float(np.mean(accepted)), n_train=len(train),
+                       n_eval=len(test), rows=rows_out)
+    return {"rows": rows_out, "acceptance_rate": float(np.mean(accepted)), "n_samples": len(samples)}
