@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from cli._options import (ConfigOpt, DeviceOpt, DryRunOpt, DtypeOpt, JsonOpt, ModelOpt, OutOpt, OverwriteOpt,
-                          SeedOpt, SetOpt)
+from cli._options import (
+    ConfigOpt,
+    DeviceOpt,
+    DryRunOpt,
+    DtypeOpt,
+    JsonOpt,
+    ModelOpt,
+    OutOpt,
+    OverwriteOpt,
+    SeedOpt,
+    SetOpt,
+)
 from cli._runner import Common, execute
 
 app = typer.Typer(no_args_is_help=True, help="Edit facts stored in a language model.")
 
 FactsOpt = Annotated[str, typer.Option("--data", "-d", help="Facts: CounterFact/zsRE .json (ROME or EasyEdit "
                                                              "schema) or .jsonl {prompt, subject, target_new}.")]
-NEditsOpt = Annotated[Optional[int], typer.Option("--n-edits", "-n", help="Edit the first N facts (default: all).")]
-LayersOpt = Annotated[Optional[str], typer.Option("--layers", help="Edit layers, comma separated, e.g. 3,4.")]
-BatchOpt = Annotated[Optional[int], typer.Option("--batch-size", help="Sequential batched editing: facts per "
+NEditsOpt = Annotated[int | None, typer.Option("--n-edits", "-n", help="Edit the first N facts (default: all).")]
+LayersOpt = Annotated[str | None, typer.Option("--layers", help="Edit layers, comma separated, e.g. 3,4.")]
+BatchOpt = Annotated[int | None, typer.Option("--batch-size", help="Sequential batched editing: facts per "
                                                                       "update (default: all in one update).")]
-LambdaOpt = Annotated[Optional[float], typer.Option("--mom2-weight", help="λ of the covariance term.")]
-CovOpt = Annotated[Optional[str], typer.Option("--cov-data", help="Text for the key covariance (default: embedded).")]
-StepsOpt = Annotated[Optional[int], typer.Option("--steps", help="Value optimisation steps per fact.")]
+LambdaOpt = Annotated[float | None, typer.Option("--mom2-weight", help="λ of the covariance term.")]
+CovOpt = Annotated[str | None, typer.Option("--cov-data", help="Text for the key covariance (default: embedded).")]
+StepsOpt = Annotated[int | None, typer.Option("--steps", help="Value optimisation steps per fact.")]
 
 
 def _edit(technique: str, config_cls, run, plan, flags: dict, common: Common) -> None:
@@ -51,10 +61,10 @@ def memit(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: La
 def eamet(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: LayersOpt = None,
           batch_size: BatchOpt = None, mom2_weight: LambdaOpt = None, cov_data: CovOpt = None,
           steps: StepsOpt = None,
-          tau: Annotated[Optional[float], typer.Option(help="Softmax temperature of the similarities.")] = None,
-          top_m: Annotated[Optional[int], typer.Option(help="Key neighbours in the weighted MSE.")] = None,
-          align_kl: Annotated[Optional[float], typer.Option(help="Weight of KL(P_k ‖ P_r) (cs_factor).")] = None,
-          align_mse: Annotated[Optional[float], typer.Option(help="Weight of the weighted MSE (mse_factor).")] = None,
+          tau: Annotated[float | None, typer.Option(help="Softmax temperature of the similarities.")] = None,
+          top_m: Annotated[int | None, typer.Option(help="Key neighbours in the weighted MSE.")] = None,
+          align_kl: Annotated[float | None, typer.Option(help="Weight of KL(P_k ‖ P_r) (cs_factor).")] = None,
+          align_mse: Annotated[float | None, typer.Option(help="Weight of the weighted MSE (mse_factor).")] = None,
           out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
           device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
           overwrite: OverwriteOpt = False) -> None:

@@ -44,9 +44,9 @@ def test_alignment_sees_only_earlier_requests_and_is_zero_when_aligned():
     keys = torch.randn(4, 8)
     align.begin_batch(keys)
     # δ = keys projected nowhere else: identical similarity structure -> both losses vanish
-    loss = align.loss(keys.clone(), range(0, 4))
+    loss = align.loss(keys.clone(), range(4))
     assert loss[0] == 0
     assert torch.allclose(loss, torch.zeros(4), atol=1e-5)
-    align.record(keys[:2], range(0, 2))
+    align.record(keys[:2], range(2))
     later = align.loss(torch.randn(2, 8), range(2, 4))
     assert later.shape == (2,) and (later > 0).all()

@@ -2,7 +2,12 @@
 
 import torch
 
-from toolkit.edit.memit import MaskedAdam, closed_form_update, default_layers, project_norm
+from toolkit.edit.memit import (
+    MaskedAdam,
+    closed_form_update,
+    default_layers,
+    project_norm,
+)
 
 
 def test_closed_form_equals_augmented_least_squares():

@@ -7,8 +7,15 @@ and the target is one token: the edit has to work through the subject position i
 import torch
 
 from toolkit.edit.facts import EditRequest
-from toolkit.edit.memit import (Arch, MemitConfig, block_outputs, compute_keys, insert, optimise_values,
-                                prompt_rows)
+from toolkit.edit.memit import (
+    Arch,
+    MemitConfig,
+    block_outputs,
+    compute_keys,
+    insert,
+    optimise_values,
+    prompt_rows,
+)
 from toolkit.edit.metrics import score_answers
 
 

@@ -18,11 +18,11 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional, Protocol
+from typing import Literal, Protocol
 
 import torch
-import torch.nn as nn
 from pydantic import field_validator
+from torch import nn
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, RunError
@@ -42,13 +42,13 @@ class MemitConfig(BaseConfig):
 
     model: str
     data: str  # CounterFact / zsRE / EasyEdit .json or simple .jsonl facts
-    n_edits: Optional[int] = None  # first N records (None: all)
-    layers: Optional[list[int]] = None  # edit layers R; None: [3, 4] with >= 8 blocks, else the middle two
+    n_edits: int | None = None  # first N records (None: all)
+    layers: list[int] | None = None  # edit layers R; None: [3, 4] with >= 8 blocks, else the middle two
     mom2_update_weight: float = 15000.0  # λ in (λC + KKᵀ)
     cov_data: str = "embedded"  # text for C = E[kkᵀ]: .txt, .jsonl[:field], embedded, hub id
     cov_tokens: int = 100_000  # tokens streamed for C
     cov_seqlen: int = 128
-    stats_dir: Optional[str] = None  # covariance cache; None: $ICLRKIT_CACHE_DIR/edit-stats or ~/.cache/iclrkit/...
+    stats_dir: str | None = None  # covariance cache; None: $ICLRKIT_CACHE_DIR/edit-stats or ~/.cache/iclrkit/...
     context_prefixes: int = 10  # model-generated prefixes added to the bare "{}" template
     prefix_tokens: int = 10
     v_num_grad_steps: int = 25
@@ -59,7 +59,7 @@ class MemitConfig(BaseConfig):
     clamp: Literal["h", "ks"] = "h"  # project ‖δ‖ ≤ clamp_factor·‖h‖ (MEMIT) or ·‖k‖ (EAMET fix_ks)
     clamp_factor: float = 0.75
     early_stop_loss: float = 5e-2  # a request stops once its loss is below this
-    batch_size: Optional[int] = None  # sequential batched editing: requests per MEMIT update (None: all at once)
+    batch_size: int | None = None  # sequential batched editing: requests per MEMIT update (None: all at once)
     opt_batch: int = 32  # requests whose δ are optimised together in one forward/backward
     eval_batch: int = 64
     eval_before: bool = True  # also score the unedited model (baselines)
@@ -136,7 +136,7 @@ class Arch:
     base: nn.Module  # the module that owns the block list and the final norm
 
     @classmethod
-    def of(cls, model: nn.Module) -> "Arch":
+    def of(cls, model: nn.Module) -> Arch:
         from toolkit.models.adapters import adapter_for, get_module
 
         adapter = adapter_for(model)
@@ -524,7 +524,7 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
 
     from toolkit.data.text import load_text
     from toolkit.edit.facts import load_facts
-    from toolkit.edit.metrics import evaluate, alignment_spearman
+    from toolkit.edit.metrics import alignment_spearman, evaluate
     from toolkit.models.source import load_model
 
     facts = load_facts(config.data, config.n_edits)
@@ -542,13 +542,16 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
     clock = time.perf_counter()
     covs = key_covariance(model, arch, tokenizer, layers, load_text(config.cov_data), config.cov_tokens,
                           config.cov_seqlen, stats_dir(config.stats_dir), device, ctx.progress)
+    cov_seconds = time.perf_counter() - clock
     templates = context_templates(model, tokenizer, config.context_prefixes, config.prefix_tokens, device)
     if config.eval_before:
         ctx.baselines["unedited"] = evaluate(model, tokenizer, facts, config, device, ctx.progress)
+    edit_seconds = 0.0  # keys, values and insertion only: no covariance, no evaluation
     batch = config.batch_size or len(facts)
     all_keys, all_deltas, per_batch = [], [], []
     alignment = alignment_factory() if alignment_factory else None
     for start in range(0, len(facts), batch):
+        clock = time.perf_counter()
         chunk = facts[start:start + batch]
         keys_z = compute_keys(model, arch, tokenizer, chunk, templates, [layers[-1]], config.eval_batch,
                               device)[layers[-1]]
@@ -558,16 +561,17 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
                                    alignment, ctx.progress)
         norms = insert(model, arch, tokenizer, chunk, templates, h + delta, layers, covs,
                        config.mom2_update_weight, config.eval_batch, device)
+        edit_seconds += time.perf_counter() - clock
         all_keys.append(keys_z)
         all_deltas.append(delta)
         if config.batch_size:
             scores = evaluate(model, tokenizer, chunk, config, device, None, parts=("efficacy",))
             per_batch.append({"start": start, "size": len(chunk), **scores,
                               **{f"delta_w_norm_layer{l}": v for l, v in norms.items()}})
-    edit_seconds = time.perf_counter() - clock
     metrics = evaluate(model, tokenizer, facts, config, device, ctx.progress)
     metrics["alignment_spearman"] = alignment_spearman(torch.cat(all_keys), torch.cat(all_deltas))
-    metrics.update({"n_edits": len(facts), "layers": layers, "edit_seconds": round(edit_seconds, 2)})
+    metrics.update({"n_edits": len(facts), "layers": layers, "edit_seconds": round(edit_seconds, 2),
+                    "covariance_seconds": round(cov_seconds, 2)})
     if per_batch:
         metrics["batches"] = per_batch
     ctx.metrics.update(metrics)
