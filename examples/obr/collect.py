@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 METHODS = {"dense": "FP dense", "rtn-magnitude": "RTN+magnitude", "rtn": "RTN", "wanda-rtn": "Wanda+RTN",
-           "sparsegpt-gptq": "SparseGPT+GPTQ", "gptq": "GPTQ", "obr-rtn": "OBR_RTN", "obr-gptq": "OBR_GPTQ"}
+           "sparsegpt-gptq": "SparseGPT+GPTQ", "gptq": "GPTQ", "obr-rtn": "OBR_RTN", "obr-gptq": "OBR_GPTQ",
+           "nf4-bnb": "bitsandbytes-NF4"}
 
 
 def main(out: Path) -> None:
@@ -26,7 +27,8 @@ def main(out: Path) -> None:
     fp16 = {r["model"]: None for r in rows}
     for record_path in sorted(out.glob("*/*/*/run.json")):
         metrics = json.loads(record_path.read_text())["metrics"]
-        fp16[record_path.relative_to(out).parts[0]] = metrics.get("fp16_mb")
+        if metrics.get("fp16_mb") is not None:
+            fp16[record_path.relative_to(out).parts[0]] = metrics["fp16_mb"]
     for row in rows:
         if row["method"] == "FP dense":
             row["size_mb"] = fp16.get(row["model"])
