@@ -1,0 +1,51 @@
+"""`iclrkit uq tokur` end to end on a tiny GPT-2, and bad input."""
+
+import json
+
+import pytest
+
+
+@pytest.fixture()
+def gsm_file(tmp_path):
+    path = tmp_path / "gsm.jsonl"
+    rows = [{"question": f"What is {a} plus {a}?", "answer": f"{a} + {a} = {2 * a}\n#### {2 * a}"} for a in (1, 2, 3)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_tokur_end_to_end(cli, tiny_gpt2_dir, gsm_file, tmp_path):
+    out = tmp_path / "run"
+    r = cli(["uq", "tokur", "-m", tiny_gpt2_dir, "-d", gsm_file, "--candidates", "2", "--samples", "3",
+             "--rank", "2", "--max-new-tokens", "4", "--set", "search_iterations=3", "--set", "anchor_size=2",
+             "-o", out, "--json"])
+    assert r.exit_code == 0, r.stderr
+    metrics = json.loads(r.stdout)["metrics"]
+    assert metrics["n_responses"] == 6 and len(metrics["sigma_search"]) == 3 and metrics["sigma"] >= 0
+    assert {row["selection"] for row in metrics["rows"]} == {"tokur", "random", "first", "oracle"}
+    records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines()]
+    assert len(records) == 6
+    for rec in records:
+        assert rec["epistemic"] >= 0 and rec["total"] == pytest.approx(rec["aleatoric"] + rec["epistemic"])
+
+
+def test_sigma_zero_has_no_epistemic(cli, tiny_gpt2_dir, gsm_file, tmp_path):
+    r = cli(["uq", "tokur", "-m", tiny_gpt2_dir, "-d", gsm_file, "--candidates", "1", "--samples", "3",
+             "--sigma", "0", "--max-new-tokens", "3", "--limit", "2", "-o", tmp_path / "o"])
+    assert r.exit_code == 0, r.stderr
+    records = [json.loads(line) for line in (tmp_path / "o" / "responses.jsonl").read_text().splitlines()]
+    assert all(rec["epistemic"] == 0.0 for rec in records)
+
+
+@pytest.mark.parametrize("content, message", [("", "no records"), ("{oops\n", ":1: malformed"),
+                                               ('{"question": "q", "answer": "none"}\n', "no final answer")])
+def test_bad_data(cli, tiny_gpt2_dir, tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    r = cli(["uq", "tokur", "-m", tiny_gpt2_dir, "-d", path, "-o", tmp_path / "o"])
+    assert r.exit_code == 2 and message in r.stderr
+
+
+@pytest.mark.parametrize("sigma", ["-1", "nan", "big"])
+def test_bad_sigma(cli, tiny_gpt2_dir, gsm_file, tmp_path, sigma):
+    r = cli(["uq", "tokur", "-m", tiny_gpt2_dir, "-d", gsm_file, "--sigma", sigma, "-o", tmp_path / "o"])
+    assert r.exit_code == 2 and "sigma" in r.stderr

@@ -1,0 +1,1 @@
+"""Uncertainty quantification for LLM reasoning: TokUR token-level uncertainty."""
