@@ -70,7 +70,7 @@ class ChainResult:
 
 
 def run_chain(initial, propose: Callable[[object, int], Proposal], log_target: Callable[[object, int], float],
-              steps: int, rng: np.random.Generator, on_step: Callable[[int, dict], None] | None = None) -> ChainResult:
+              steps: int, rng: np.random.Generator) -> ChainResult:
     """Generic MH: `propose(state, step)` gives θ' with both proposal log-probs, `log_target(state, step)` the
     unnormalised log posterior (log prior + β log lik) on the step's example."""
     states, accepted, log_alphas = [initial], [], []
@@ -85,8 +85,6 @@ def run_chain(initial, propose: Callable[[object, int], Proposal], log_target: C
         states.append(current)
         accepted.append(ok)
         log_alphas.append(float(log_alpha))
-        if on_step is not None:
-            on_step(step, {"accepted": ok, "log_alpha": float(log_alpha), **proposal.info})
     return ChainResult(states, accepted, log_alphas)
 
 
