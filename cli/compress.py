@@ -2,25 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from cli._options import (ConfigOpt, DataOpt, DeviceOpt, DryRunOpt, DtypeOpt, JsonOpt, ModelOpt, OutOpt,
-                          OverwriteOpt, ResumeOpt, SeedOpt, SetOpt)
+from cli._options import (
+    ConfigOpt,
+    DataOpt,
+    DeviceOpt,
+    DryRunOpt,
+    DtypeOpt,
+    JsonOpt,
+    ModelOpt,
+    OutOpt,
+    OverwriteOpt,
+    ResumeOpt,
+    SeedOpt,
+    SetOpt,
+)
 from cli._runner import Common, execute
 
 app = typer.Typer(no_args_is_help=True, help="Compress LLMs: OBR and its baselines (quantization + sparsity).")
 
-EvalDataOpt = Annotated[Optional[str], typer.Option("--eval-data", help="Text for perplexity after compression.")]
-WBitsOpt = Annotated[Optional[int], typer.Option("--w-bits", help="Weight bits (2-8; 16 = float).")]
-ABitsOpt = Annotated[Optional[int], typer.Option("--a-bits", help="Activation bits, per token (2-8; 16 = off).")]
-KvBitsOpt = Annotated[Optional[int], typer.Option("--kv-bits", help="KV-cache bits (2-8; 16 = off).")]
-SparsityOpt = Annotated[Optional[float], typer.Option("--sparsity", help="Unstructured sparsity per row, [0, 1).")]
-NmOpt = Annotated[Optional[str], typer.Option("--nm", help="N:M structured sparsity, e.g. 2:4 or 4:8.")]
-NsamplesOpt = Annotated[Optional[int], typer.Option("--nsamples", help="Calibration windows.")]
-SeqlenOpt = Annotated[Optional[int], typer.Option("--seqlen", help="Tokens per calibration window.")]
-RotateOpt = Annotated[Optional[bool], typer.Option("--rotate/--no-rotate",
+EvalDataOpt = Annotated[str | None, typer.Option("--eval-data", help="Text for perplexity after compression.")]
+WBitsOpt = Annotated[int | None, typer.Option("--w-bits", help="Weight bits (2-8; 16 = float).")]
+ABitsOpt = Annotated[int | None, typer.Option("--a-bits", help="Activation bits, per token (2-8; 16 = off).")]
+KvBitsOpt = Annotated[int | None, typer.Option("--kv-bits", help="KV-cache bits (2-8; 16 = off).")]
+SparsityOpt = Annotated[float | None, typer.Option("--sparsity", help="Unstructured sparsity per row, [0, 1).")]
+NmOpt = Annotated[str | None, typer.Option("--nm", help="N:M structured sparsity, e.g. 2:4 or 4:8.")]
+NsamplesOpt = Annotated[int | None, typer.Option("--nsamples", help="Calibration windows.")]
+SeqlenOpt = Annotated[int | None, typer.Option("--seqlen", help="Tokens per calibration window.")]
+RotateOpt = Annotated[bool | None, typer.Option("--rotate/--no-rotate",
                                                    help="QuaRot rotation (default: on for RMSNorm models).")]
 EXAMPLES = ("Examples: iclrkit compress {cmd} --model zoo:llama-small --data valid.txt --eval-data test.txt "
             "--w-bits 4 --a-bits 4 --kv-bits 4 --sparsity 0.5 --out runs/{cmd} | add --dry-run for the plan, "
@@ -38,17 +50,18 @@ def _execute(technique: str, config_cls, flags: dict, common: Common) -> None:
              epilog=EXAMPLES.format(cmd="obr"))
 def obr(model: ModelOpt, data: DataOpt = None, eval_data: EvalDataOpt = None, w_bits: WBitsOpt = None,
         a_bits: ABitsOpt = None, kv_bits: KvBitsOpt = None, sparsity: SparsityOpt = None, nm: NmOpt = None,
-        alpha: Annotated[Optional[float], typer.Option(help="Share of columns whose quantization error is "
+        alpha: Annotated[float | None, typer.Option(help="Share of columns whose quantization error is "
                                                             "compensated in closed form, [0, 1].")] = None,
-        mode: Annotated[Optional[str], typer.Option(help="gptq (OBR_GPTQ) | rtn (OBR_RTN).")] = None,
+        mode: Annotated[str | None, typer.Option(help="gptq (OBR_GPTQ) | rtn (OBR_RTN).")] = None,
         nsamples: NsamplesOpt = None, seqlen: SeqlenOpt = None, rotate: RotateOpt = None,
         out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
         device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
         overwrite: OverwriteOpt = False, resume: ResumeOpt = False) -> None:
     from toolkit.compress.obr import ObrConfig
 
-    flags = dict(model=model, data=data, eval_data=eval_data, w_bits=w_bits, a_bits=a_bits, kv_bits=kv_bits,
-                 sparsity=sparsity, nm=nm, alpha=alpha, mode=mode, nsamples=nsamples, seqlen=seqlen, rotate=rotate)
+    flags = {"model": model, "data": data, "eval_data": eval_data, "w_bits": w_bits, "a_bits": a_bits,
+             "kv_bits": kv_bits, "sparsity": sparsity, "nm": nm, "alpha": alpha, "mode": mode, "nsamples": nsamples,
+             "seqlen": seqlen, "rotate": rotate}
     _execute("compress.obr", ObrConfig, flags, Common(out=out, config=config, set=set_, seed=seed, device=device,
                                                       dtype=dtype, dry_run=dry_run, json=json_, overwrite=overwrite,
                                                       resume=resume))
@@ -64,8 +77,9 @@ def _baseline(name: str, help_text: str, config_name: str):
                 json_: JsonOpt = False, overwrite: OverwriteOpt = False, resume: ResumeOpt = False) -> None:
         from toolkit.compress import baselines
 
-        flags = dict(model=model, data=data, eval_data=eval_data, w_bits=w_bits, a_bits=a_bits, kv_bits=kv_bits,
-                     sparsity=sparsity, nm=nm, nsamples=nsamples, seqlen=seqlen, rotate=rotate)
+        flags = {"model": model, "data": data, "eval_data": eval_data, "w_bits": w_bits, "a_bits": a_bits,
+                 "kv_bits": kv_bits, "sparsity": sparsity, "nm": nm, "nsamples": nsamples, "seqlen": seqlen,
+                 "rotate": rotate}
         _execute(f"compress.{name}", getattr(baselines, config_name), flags,
                  Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
                         json=json_, overwrite=overwrite, resume=resume))

@@ -54,7 +54,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(cli, tiny_llama_dir, tmp_pat
 
 
 def test_resume_continues_after_the_last_finished_block(cli, tiny_llama_dir, text_file, tmp_path, monkeypatch):
-    import toolkit.compress.recipe as recipe
+    from toolkit.compress import recipe
 
     real, calls = recipe.compress_linear, []
 

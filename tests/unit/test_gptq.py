@@ -26,7 +26,7 @@ def test_gptq_error_below_rtn():
     W, H = _problem(seed=1)
     hessian = damp_hessian(H)
     scale = fit_weight_scale(W, 3).double()
-    err = lambda Q: torch.trace((W - Q) @ H @ (W - Q).t())  # noqa: E731
+    err = lambda Q: torch.trace((W - Q) @ H @ (W - Q).t())
     assert err(gptq(W, hessian, scale, 3)) < err(quantize_rows(W, scale, 3))
 
 

@@ -3,9 +3,20 @@
 import pytest
 import torch
 
-from toolkit.compress.masks import make_mask, nm_mask, parse_nm, unstructured_mask, wanda_scores
-from toolkit.compress.quant import (codes_of, fake_quant_asym, fake_quant_per_token, fit_weight_scale,
-                                    quantize_rows)
+from toolkit.compress.masks import (
+    make_mask,
+    nm_mask,
+    parse_nm,
+    unstructured_mask,
+    wanda_scores,
+)
+from toolkit.compress.quant import (
+    codes_of,
+    fake_quant_asym,
+    fake_quant_per_token,
+    fit_weight_scale,
+    quantize_rows,
+)
 from toolkit.core.errors import BadInputError
 from toolkit.linalg.hessian import HessianAccumulator
 
@@ -56,7 +67,7 @@ def test_mse_clip_search_never_worse_than_max_scaling():
     W = torch.randn(16, 128, generator=torch.Generator().manual_seed(4)) ** 3  # heavy tails: clipping pays
     plain = fit_weight_scale(W, 4, mse=False)
     clipped = fit_weight_scale(W, 4)
-    err = lambda s: (quantize_rows(W, s, 4) - W).abs().pow(2.4).sum(dim=1)  # noqa: E731
+    err = lambda s: (quantize_rows(W, s, 4) - W).abs().pow(2.4).sum(dim=1)
     assert (err(clipped) <= err(plain) + 1e-6).all()
     assert (clipped < plain).any()
 

@@ -88,7 +88,7 @@ def _layer_error(W, Q, H):
 def test_quantization_compensation_lowers_the_layer_error():
     wins = 0
     for seed in range(6):
-        W, X, H = _problem(rows=16, columns=64, seed=seed)
+        W, _, H = _problem(rows=16, columns=64, seed=seed)
         hessian = damp_hessian(H, 0.01)
         scale = fit_weight_scale(W, 4).double()
         keep = unstructured_mask(wanda_scores(W, torch.diag(H) / 2), 0.5)

@@ -4,9 +4,21 @@ import numpy as np
 import pytest
 import torch
 
-from toolkit.compress.packed import load_packed, pack_codes, pack_linear, save_packed, unpack_codes, unpack_linear
+from toolkit.compress.packed import (
+    load_packed,
+    pack_codes,
+    pack_linear,
+    save_packed,
+    unpack_codes,
+    unpack_linear,
+)
 from toolkit.compress.quant import fit_weight_scale, quantize_rows
-from toolkit.models.adapters import adapter_for, get_layers, linear_weight, set_linear_weight
+from toolkit.models.adapters import (
+    adapter_for,
+    get_layers,
+    linear_weight,
+    set_linear_weight,
+)
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])

@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from toolkit.compress.rotation import OrthogonalRotation, fold_online_rotations, rotate_model, split_power_of_two
+from toolkit.compress.rotation import (
+    OrthogonalRotation,
+    fold_online_rotations,
+    rotate_model,
+    split_power_of_two,
+)
 from toolkit.core.errors import BadInputError
 from toolkit.models.adapters import adapter_for
 

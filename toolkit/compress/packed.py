@@ -20,7 +20,12 @@ import torch
 
 from toolkit.compress.quant import codes_of, max_code
 from toolkit.core.errors import BadInputError
-from toolkit.models.adapters import ArchAdapter, adapter_for, linear_weight, set_linear_weight
+from toolkit.models.adapters import (
+    ArchAdapter,
+    adapter_for,
+    linear_weight,
+    set_linear_weight,
+)
 
 WEIGHTS = "model.packed.safetensors"
 FORMAT = "iclrkit-int-bitmask-v1"
@@ -129,7 +134,7 @@ def read_packed(directory: Path) -> tuple[dict, dict[str, np.ndarray]]:
         raise BadInputError(f"{directory} is not a packed iclrkit model (no {WEIGHTS})")
     with safe_open(str(path), framework="numpy") as handle:
         config = json.loads(handle.metadata()["quantization_config"])
-        tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+        tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - safe_open is not a dict
     if config.get("format") != FORMAT:
         raise BadInputError(f"unknown packed format {config.get('format')!r}")
     return config, tensors
@@ -157,7 +162,10 @@ def load_packed(directory: str | Path, dtype=torch.float32, with_tokenizer: bool
                           adapter.conv1d)
     rotation = config.get("rotation")
     if rotation:
-        from toolkit.compress.rotation import OrthogonalRotation, install_online_rotations
+        from toolkit.compress.rotation import (
+            OrthogonalRotation,
+            install_online_rotations,
+        )
 
         install_online_rotations(model, adapter,
                                  OrthogonalRotation(rotation["intermediate"], rotation["online_down_proj_seed"]))

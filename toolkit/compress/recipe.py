@@ -8,7 +8,7 @@ import hashlib
 import json
 import logging
 import time
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -21,24 +21,24 @@ class CompressConfig(BaseConfig):
     """Knobs every method shares, so one recipe compares methods fairly."""
 
     model: str
-    data: Optional[str] = None  # calibration text (.txt/.jsonl/embedded)
-    eval_data: Optional[str] = None  # perplexity text after compression (skipped when None)
+    data: str | None = None  # calibration text (.txt/.jsonl/embedded)
+    eval_data: str | None = None  # perplexity text after compression (skipped when None)
     method: str = "rtn"
     w_bits: int = 4  # weight bits (per output channel, symmetric); 16 = keep weights in float
     a_bits: int = 16  # per-token activation bits for every block linear (lm_head stays 16-bit); simulated on CPU
     kv_bits: int = 16  # KV-cache bits (K after RoPE, V), per token and head, asymmetric
     sparsity: float = 0.0  # fraction of weights pruned per output row (unstructured), in [0, 1)
-    nm: Optional[str] = None  # N:M structured sparsity, e.g. "2:4" (overrides sparsity)
+    nm: str | None = None  # N:M structured sparsity, e.g. "2:4" (overrides sparsity)
     nsamples: int = Field(128, gt=0)  # calibration windows
     seqlen: int = Field(2048, gt=1)  # tokens per calibration window (capped at the model's context)
     percdamp: float = Field(0.01, ge=0)  # Hessian damping, as a share of mean(diag H); escalates ×10 on failure
     blocksize: int = Field(128, gt=0)  # GPTQ/SparseGPT lazy-batch width
     w_clip: bool = True  # MSE clip search for the weight scales (grid 100, max shrink 0.8, norm 2.4)
     a_clip_ratio: float = Field(1.0, gt=0, le=1)
-    rotate: Optional[bool] = None  # QuaRot rotation; None = on for RMSNorm models, off (with a note) otherwise
+    rotate: bool | None = None  # QuaRot rotation; None = on for RMSNorm models, off (with a note) otherwise
     rotation_seed: int = 0
     eval_max_length: int = Field(2048, gt=1)
-    eval_windows: Optional[int] = Field(None, gt=0)
+    eval_windows: int | None = Field(None, gt=0)
     export: Literal["both", "packed", "dense", "none"] = "both"
     solve_dtype: Literal["float32", "float64"] = "float32"  # Hessian accumulation and solves
 
@@ -58,7 +58,7 @@ class CompressConfig(BaseConfig):
 
     @field_validator("nm")
     @classmethod
-    def _nm(cls, value: Optional[str]) -> Optional[str]:
+    def _nm(cls, value: str | None) -> str | None:
         from toolkit.compress.masks import parse_nm
 
         try:
@@ -86,7 +86,12 @@ def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
     """(Ŵ, kept mask, per-row scale or None) for one linear's weight W (out × in) and its raw Hessian."""
     import torch
 
-    from toolkit.compress.masks import magnitude_scores, make_mask, parse_nm, wanda_scores
+    from toolkit.compress.masks import (
+        magnitude_scores,
+        make_mask,
+        parse_nm,
+        wanda_scores,
+    )
     from toolkit.compress.quant import fit_weight_scale, quantize_rows
     from toolkit.compress.solvers import damp_hessian, gptq, sparsegpt
 

@@ -16,7 +16,7 @@ LayerNorm models (GPT-2, OPT) are refused: their mean subtraction does not commu
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from toolkit.core.errors import BadInputError
 from toolkit.models.adapters import ArchAdapter, first_module, get_layers
