@@ -87,7 +87,9 @@ def test_logit_lens_ranks_match_brute_force():
 
 
 def test_first_resolved_layer():
-    assert first_resolved_layer({"r1": [5, 2, 0, 0], "r2": [9, 0, 0, 0]}) == 1
+    ranks = {"r1": [5, 0, 0, 0], "r2": [9, 3, 0, 0]}
+    assert first_resolved_layer(ranks) == 2 and first_resolved_layer(ranks, "r1") == 1
+    assert first_resolved_layer(ranks, "either") == 1
     assert first_resolved_layer({"r1": [5, 2, 1], "r2": [9, 3, 1]}) == 3
 
 

@@ -52,6 +52,10 @@ class CotConfig(BaseConfig):
     weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay (paper: 0.1).")
     warmup: int = Field(100, ge=0, description="Linear warm-up steps, then constant (paper: 2000).")
     eval_every: int = Field(250, ge=1, description="Steps between accuracy evaluations.")
+    lens_position: Literal["r1", "r2", "either"] = Field(
+        "r2", description="Where bridge_layer reads the logit lens. r2 (the last prompt token, where the answer is "
+                          "produced) by default: r1 is also trained by the one-hop items `h r -> t` to emit the "
+                          "tail of (h, r), which is b, so it measures the atomic skill in both formats.")
     threads: int = Field(1, ge=1, description="torch CPU threads (1 is fastest on a shared 2-core machine).")
 
     @model_validator(mode="after")
@@ -240,10 +244,11 @@ def bridge_ranks(model, items, vocab: Vocab) -> dict[str, list[float]]:
     return ranks
 
 
-def first_resolved_layer(ranks: dict[str, list[float]]) -> int:
-    """Earliest layer at which the median bridge rank is 0 at either position; L+1 when never resolved."""
-    layers = [layer for series in ranks.values() for layer, rank in enumerate(series) if rank == 0]
-    return min(layers) if layers else len(next(iter(ranks.values())))
+def first_resolved_layer(ranks: dict[str, list[float]], position: str = "r2") -> int:
+    """Earliest layer at which the median bridge rank is 0 at `position` (r1, r2 or either); L+1 when never."""
+    series = [ranks["r1"], ranks["r2"]] if position == "either" else [ranks[position]]
+    layers = [layer for values in series for layer, rank in enumerate(values) if rank == 0]
+    return min(layers) if layers else len(series[0])
 
 
 # ----------------------------------------------------------------------------------------------- training
@@ -349,7 +354,7 @@ def run(config: CotConfig, ctx) -> dict:
         summary[mode] = {"id_acc": final["test_inferred_iid"], "ood_acc": final["test_inferred_ood"],
                          "id_atomic": final["id_atomic"], "ood_atomic": final["ood_atomic"],
                          "train_inferred": final["train_inferred"],
-                         "bridge_layer": first_resolved_layer(res["ranks_iid"])}
+                         "bridge_layer": first_resolved_layer(res["ranks_iid"], config.lens_position)}
     ctx.metrics.update(summary)
     ctx.path("history.json").write_text(json.dumps(
         {mode: {"history": r["history"], "ranks_iid": r["ranks_iid"], "ranks_ood": r["ranks_ood"]}
