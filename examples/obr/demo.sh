@@ -9,14 +9,14 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 CLI=".venv/bin/iclrkit -q"
 # On a shared CPU one thread is much faster for GPTQ/SparseGPT column loops (no OpenMP spin under contention).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-$CLI zoo build llama-small > /dev/null
+MODEL=${DEMO_MODEL:-zoo:llama-small}  # DEMO_MODEL=zoo:NAME or a path runs the demo on another Llama-family model
+[ -n "${DEMO_MODEL:-}" ] || $CLI zoo build llama-small > /dev/null
 .venv/bin/python - <<'PY'
 from toolkit.data.text import embedded_text, split_text
 train, test = split_text(embedded_text(), test_fraction=0.05, seed=0)  # the zoo's own held-out split
 open("runs/demo-obr/calib.txt", "w").write(train)
 open("runs/demo-obr/heldout.txt", "w").write(test)
 PY
-MODEL=zoo:llama-small
 COMMON="--model $MODEL --data $OUT/calib.txt --nsamples 16 --seqlen 128 --eval-data $OUT/heldout.txt
         --set eval_max_length=256 --set eval_windows=24 --set export=packed --w-bits 4 --a-bits 4 --kv-bits 4
         --sparsity 0.5"
