@@ -1,4 +1,4 @@
-# Every target bootstraps .venv itself; re-running is quick once installed.
+# Every target bootstraps .venv itself; re-running is quick once installed. Bump the STAMP version when DEPS change.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,7 +14,7 @@ APT := libusb-1.0-0
 
 .PHONY: install demo test lint clean-ext
 
-$(STAMP): Makefile setup.py
+$(STAMP): setup.py
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s $(APT) >/dev/null 2>&1; then \
 	  (apt-get update -qq && apt-get install -y -qq $(APT)) >/dev/null 2>&1 || echo "note: apt-get install $(APT) failed"; fi
@@ -30,9 +30,10 @@ $(EXT_STAMP): $(STAMP) $(CSRC)
 
 install: $(STAMP) $(EXT_STAMP)
 
+# The main job: build zoo:llama-small if needed, compress it with OBR (W4A4KV4 + 50% sparsity) and the baselines,
+# print perplexity / packed size / time.
 demo: install
-	$(PY) -m cli.main -q zoo build gpt2-small >/dev/null
-	$(PY) -m cli.main eval ppl --model zoo:gpt2-small --data embedded --split test
+	bash examples/obr/demo.sh
 
 test: install
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -x --durations=15 tests
