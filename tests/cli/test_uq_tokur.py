@@ -21,7 +21,8 @@ def test_tokur_end_to_end(cli, tiny_gpt2_dir, gsm_file, tmp_path):
     assert r.exit_code == 0, r.stderr
     metrics = json.loads(r.stdout)["metrics"]
     assert metrics["n_responses"] == 6 and len(metrics["sigma_search"]) == 3 and metrics["sigma"] >= 0
-    assert {row["selection"] for row in metrics["rows"]} == {"tokur", "random", "first", "oracle"}
+    assert {row["selection"] for row in metrics["rows"]} == {"tokur", "random", "first", "oracle", "tokur-total",
+                                                             "tokur-aleatoric"}
     records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines()]
     assert len(records) == 6
     for rec in records:

@@ -34,6 +34,8 @@ class TokURConfig(BaseConfig):
     search_iterations: int = Field(10, ge=1)
     sigma_max: float = Field(1.0, gt=0)
     anchor_size: int = Field(8, ge=1)
+    anchor_answer: Literal["solution", "final"] = "solution"  # σ-search text after the prompt: " " + the whole
+    # answer field (GSM8K reasoning) or just the final answer (models trained to answer directly)
     score: Literal["total", "aleatoric", "epistemic"] = "epistemic"
     aggregate: Literal["mean", "sum", "max"] = "mean"
 
@@ -76,10 +78,14 @@ def sample_responses(model, tokenizer, prompt_ids: torch.Tensor, n: int, max_new
     return responses
 
 
+def best_of_n_accuracy(correct: np.ndarray, scores: np.ndarray) -> float:
+    """Accuracy when each question keeps its lowest-uncertainty candidate."""
+    return float(np.mean([row_correct[tokur.best_of_n(list(row))] for row_correct, row in zip(correct, scores)]))
+
+
 def selection_rows(correct: np.ndarray, scores: np.ndarray) -> list[dict]:
     """Best-of-N accuracies: lowest uncertainty, the expected accuracy of a uniformly random pick, the first."""
-    picks = [tokur.best_of_n(list(row)) for row in scores]
-    return [{"selection": "tokur", "accuracy": float(np.mean([c[i] for c, i in zip(correct, picks)]))},
+    return [{"selection": "tokur", "accuracy": best_of_n_accuracy(correct, scores)},
             {"selection": "random", "accuracy": float(correct.mean())},
             {"selection": "first", "accuracy": float(correct[:, 0].mean())},
             {"selection": "oracle", "accuracy": float(correct.max(axis=1).mean())}]
@@ -100,7 +106,8 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
 
     prompts = [encode(config.prompt_template.format(question=item["question"])) for item in items]
     if config.sigma == "auto":
-        anchors = [encode(config.prompt_template.format(question=item["question"]) + " " + item["answer"])
+        anchors = [encode(config.prompt_template.format(question=item["question"])
+                          + (" " + item["answer"] if config.anchor_answer == "solution" else item["final"]))
                    for item in items[:config.anchor_size]]
         sigma, trace = tokur.calibrate_sigma(model, projections, anchors, config.nll_threshold,
                                              config.search_iterations, config.sigma_max, ctx.seed)
@@ -113,7 +120,7 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
                                                              description="questions")):
             responses = sample_responses(model, tokenizer, prompt_ids, config.candidates, config.max_new_tokens,
                                          config.temperature, ctx.seed + qi)
-            row_correct, row_scores = [], []
+            row_correct, row_scores = [], {name: [] for name in ("total", "aleatoric", "epistemic")}
             for ci, response in enumerate(responses):
                 parts = tokur.token_uncertainty(model, projections, prompt_ids, response, sigma, config.samples,
                                                 seed=ctx.seed * 7919 + qi * 97 + ci)
@@ -121,18 +128,22 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
                 text = tokenizer.decode(response, skip_special_tokens=True)
                 ok = tokur.extract_answer(text) == item["final"]
                 row_correct.append(ok)
-                row_scores.append(summary[config.score])
+                for name, value in summary.items():
+                    row_scores[name].append(value)
                 record = {"question": qi, "candidate": ci, "response": text, "correct": ok, **summary}
                 records.append(record)
                 log.write(json.dumps(record) + "\n")
             correct.append(row_correct)
             scores.append(row_scores)
-    correct_arr, scores_arr = np.array(correct), np.array(scores)
+    correct_arr = np.array(correct)
     errors = ~correct_arr.ravel()
     aurocs = {}
     if errors.any() and (~errors).any():
         aurocs = {name: auroc([r[name] for r in records], errors) for name in ("total", "aleatoric", "epistemic")}
-    rows = selection_rows(correct_arr, scores_arr)
+    by_score = {name: np.array([row[name] for row in scores]) for name in ("total", "aleatoric", "epistemic")}
+    rows = selection_rows(correct_arr, by_score[config.score])
+    rows += [{"selection": f"tokur-{name}", "accuracy": best_of_n_accuracy(correct_arr, values)}
+             for name, values in by_score.items() if name != config.score]
     ctx.inputs["model"] = config.model
     ctx.metrics.update(sigma=sigma, sigma_search=trace, auroc=aurocs.get(config.score), auroc_by_score=aurocs,
                        n_questions=len(items), n_responses=len(records), rows=rows)

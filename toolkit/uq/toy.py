@@ -33,15 +33,16 @@ def char_tokenizer():
 
 
 def train_adder(out: Path, steps: int, seed: int = 0, batch: int = 64, low: int = 10, high: int = 99,
-                log=print) -> Path:
-    """Train a 2-block GPT-2 on "a+b=c<eos>" (a, b in [low, high]) for `steps` AdamW steps; loss on the answer
-    and its EOS only."""
+                init: Path | None = None, log=print) -> Path:
+    """Train a 2-block GPT-2 on "a+b=c<eos>" (a, b in [low, high]) for `steps` AdamW steps (continuing from
+    `init` when given); loss on the answer and its EOS only."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
     tokenizer = char_tokenizer()
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=16, n_embd=64, n_layer=2, n_head=4,
-                                       bos_token_id=0, eos_token_id=0, pad_token_id=0))
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=16, n_embd=64, n_layer=2, n_head=4, bos_token_id=0,
+                        eos_token_id=0, pad_token_id=0)
+    model = GPT2LMHeadModel.from_pretrained(init) if init else GPT2LMHeadModel(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     rng = np.random.default_rng(seed + 1)
     for step in range(steps):
