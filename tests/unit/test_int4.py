@@ -1,0 +1,176 @@
+"""INT4 GEMM kernels: layouts round-trip, every compiled path is bit-exact against an independent integer brute
+force, ragged shapes, 2:4 metadata, PackedInt4Linear vs fake-quant, packed-format conversion, bad input."""
+
+import numpy as np
+import pytest
+import torch
+
+from toolkit.core.errors import BadInputError
+from toolkit.ops import has_op
+from toolkit.ops.int4 import (
+    PackedInt4Linear,
+    codes_from_packed,
+    int4_gemm,
+    int4_gemm_reference,
+    is_24_sparse,
+    pack_24,
+    pack_dense,
+    quantize_activations,
+    to_kernel_layout,
+    unpack_kernel_codes,
+)
+
+COMPILED = has_op("int4_gemm") and has_op("int4_gemm_24")
+SHAPES = [(1, 1, 1), (3, 5, 7), (5, 9, 130), (7, 13, 257), (1, 4, 128), (33, 6, 384), (4, 8, 64)]
+
+
+def _paths():
+    if not COMPILED:
+        return []
+    paths = ["scalar"]
+    probe = pack_dense(torch.zeros(1, 4, dtype=torch.int16), torch.ones(1))
+    for path in ("avx2", "vnni"):
+        try:
+            int4_gemm(torch.zeros(1, 4, dtype=torch.int8), torch.ones(1), probe, path=path)
+            paths.append(path)
+        except RuntimeError:
+            pass
+    return paths
+
+
+PATHS = _paths()
+
+
+def random_codes(n, k, generator, sparse24=False):
+    codes = torch.randint(-8, 8, (n, k), generator=generator, dtype=torch.int16)
+    if sparse24:
+        k4 = -(-k // 4) * 4
+        full = torch.zeros(n, k4, dtype=torch.int16)
+        full[:, :k] = codes
+        groups = full.view(n, -1, 4)
+        drop = torch.rand(groups.shape, generator=generator).argsort(-1)[..., :2]
+        groups.scatter_(-1, drop, 0)
+        codes = full[:, :k].clone()
+    return codes
+
+
+def brute_force(xq, x_scale, codes, w_scale):
+    """Python-int dot products: independent of the torch reference's vectorised int64 sum."""
+    m, n = xq.shape[0], codes.shape[0]
+    acc = torch.zeros(m, n, dtype=torch.int32)
+    for i in range(m):
+        for j in range(n):
+            acc[i, j] = sum(int(a) * int(b) for a, b in zip(xq[i].tolist(), codes[j].tolist()))
+    return acc.float() * x_scale.unsqueeze(1) * w_scale.unsqueeze(0)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_layout_round_trip(sparse):
+    g = torch.Generator().manual_seed(0)
+    for n, k in [(3, 7), (5, 130), (2, 257)]:
+        codes = random_codes(n, k, g, sparse24=sparse)
+        if sparse and k % 4:
+            continue
+        weights = (pack_24 if sparse else pack_dense)(codes, torch.ones(n))
+        assert torch.equal(unpack_kernel_codes(weights), codes)
+        assert torch.equal(weights.rowsum, codes.to(torch.int32).sum(1))
+
+
+def test_reference_matches_brute_force():
+    g = torch.Generator().manual_seed(1)
+    codes = random_codes(6, 19, g)
+    xq = torch.randint(-127, 128, (4, 19), generator=g, dtype=torch.int8)
+    xs, ws = torch.rand(4, generator=g) + 0.1, torch.rand(6, generator=g) + 0.1
+    weights = pack_dense(codes, ws)
+    assert torch.equal(int4_gemm_reference(xq, xs, weights), brute_force(xq, xs, codes, ws))
+
+
+@pytest.mark.skipif(not COMPILED, reason="toolkit._C without int4 ops")
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_dense_kernel_bit_exact(m, n, k):
+    g = torch.Generator().manual_seed(m * 1000 + n * 10 + k)
+    codes = random_codes(n, k, g)
+    xq = torch.randint(-127, 128, (m, k), generator=g, dtype=torch.int8)
+    xs, ws = torch.rand(m, generator=g) + 0.01, torch.rand(n, generator=g) + 0.01
+    weights = pack_dense(codes, ws)
+    expected = int4_gemm_reference(xq, xs, weights)
+    for path in PATHS:
+        assert torch.equal(int4_gemm(xq, xs, weights, path=path), expected), path
+
+
+@pytest.mark.skipif(not COMPILED, reason="toolkit._C without int4 ops")
+@pytest.mark.parametrize("m,n,k", [s for s in SHAPES if s[2] % 4 == 0] + [(9, 11, 516), (6, 5, 4)])
+def test_sparse_kernel_bit_exact(m, n, k):
+    g = torch.Generator().manual_seed(7 + m * 1000 + n * 10 + k)
+    codes = random_codes(n, k, g, sparse24=True)
+    xq = torch.randint(-127, 128, (m, k), generator=g, dtype=torch.int8)
+    xs, ws = torch.rand(m, generator=g) + 0.01, torch.rand(n, generator=g) + 0.01
+    weights = pack_24(codes, ws)
+    expected = int4_gemm_reference(xq, xs, weights)
+    assert torch.equal(expected, int4_gemm_reference(xq, xs, pack_dense(codes, ws)))
+    for path in PATHS:
+        assert torch.equal(int4_gemm(xq, xs, weights, path=path), expected), path
+
+
+@pytest.mark.skipif(not COMPILED, reason="toolkit._C without int4 ops")
+def test_extreme_values_do_not_saturate():
+    k = 512
+    codes = torch.full((4, k), -8, dtype=torch.int16)
+    xq = torch.full((3, k), -127, dtype=torch.int8)
+    weights = pack_dense(codes, torch.ones(4))
+    for path in PATHS:
+        assert torch.equal(int4_gemm(xq, torch.ones(3), weights, path=path), torch.full((3, 4), 127.0 * 8 * k))
+
+
+def test_activation_quantization_bounds_and_zero_token():
+    x = torch.tensor([[0.0, 0.0, 0.0], [1.0, -2.0, 0.5]])
+    for bits in (8, 4):
+        codes, scale = quantize_activations(x, bits)
+        top = 2 ** (bits - 1) - 1
+        assert codes.dtype == torch.int8 and int(codes.abs().max()) == top
+        assert scale[0] == 1 and torch.all(codes[0] == 0)
+        assert torch.allclose(codes[1].float() * scale[1], x[1], atol=float(scale[1]) / 2 + 1e-7)
+
+
+@pytest.mark.parametrize("sparse", ["dense", "24"])
+def test_packed_linear_matches_fake_quant(sparse):
+    g = torch.Generator().manual_seed(3)
+    codes = random_codes(24, 64, g, sparse24=True)
+    scales = torch.rand(24, generator=g) * 0.1 + 0.01
+    bias = torch.randn(24, generator=g)
+    layer = PackedInt4Linear.from_codes(codes, scales, bias, a_bits=8, sparse=sparse)
+    assert layer.weights.sparse == (sparse == "24")
+    x = torch.randn(2, 5, 64, generator=g)
+    xq, xs = quantize_activations(x.reshape(-1, 64), 8)
+    fake = (xq.float() * xs[:, None]) @ (codes.float() * scales[:, None]).t() + bias
+    assert torch.allclose(layer(x), fake.reshape(2, 5, 24), atol=1e-4, rtol=1e-5)
+
+
+def test_codes_from_packed_round_trip_both_storage_forms():
+    from toolkit.compress.packed import pack_linear
+
+    g = torch.Generator().manual_seed(4)
+    for sparse in (False, True):
+        codes = random_codes(8, 12, g, sparse24=sparse)
+        scale = torch.rand(8, generator=g) + 0.1
+        stored = pack_linear(codes.float() * scale[:, None], scale, 4)
+        assert ("mask" in stored) == sparse
+        recovered = codes_from_packed(stored, (8, 12), 4)
+        assert torch.equal(recovered, codes)
+        assert to_kernel_layout(recovered, scale).sparse == sparse == is_24_sparse(recovered)
+
+
+def test_bad_inputs_raise():
+    dense = torch.ones(2, 8, dtype=torch.int16)
+    with pytest.raises(BadInputError):
+        pack_24(dense, torch.ones(2))
+    with pytest.raises(BadInputError):
+        pack_dense(torch.full((2, 4), 9, dtype=torch.int16), torch.ones(2))
+    with pytest.raises(BadInputError):
+        to_kernel_layout(dense, torch.ones(2), sparse="half")
+    with pytest.raises(BadInputError):
+        int4_gemm(torch.zeros(1, 5, dtype=torch.int8), torch.ones(1), pack_dense(dense, torch.ones(2)))
+    with pytest.raises(BadInputError):
+        quantize_activations(torch.ones(2, 2), bits=1)
+    with pytest.raises(BadInputError):
+        codes_from_packed({"qweight": np.zeros(4, np.uint8), "scales": np.ones(2, np.float32)}, (2, 4), 8)

@@ -1,0 +1,170 @@
+"""Benchmarks for the INT4 kernels: GEMM timings against torch FP32 matmul, and end-to-end decoding of a packed
+model against its FP32 (dequantised) twin. Kernels are timed interleaved in one loop, best of N, so a loaded
+machine slows every contestant alike; ratios are the honest figure, absolute times are noisy."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+from pydantic import Field, field_validator
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.errors import BadInputError
+from toolkit.ops.int4 import PackedInt4Linear, pack_24, pack_dense
+
+
+def best_of_interleaved(contestants: dict, repeats: int, warmup: int = 2) -> dict[str, float]:
+    """{name: best wall-clock ms}; each repeat runs every contestant once, in turn."""
+    for _ in range(warmup):
+        for fn in contestants.values():
+            fn()
+    best = {name: float("inf") for name in contestants}
+    for _ in range(repeats):
+        for name, fn in contestants.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], (time.perf_counter() - start) * 1e3)
+    return best
+
+
+def random_24_codes(n: int, k: int, generator: torch.Generator) -> torch.Tensor:
+    codes = torch.randint(-8, 8, (n, k // 4, 4), generator=generator, dtype=torch.int16)
+    drop = torch.rand(codes.shape, generator=generator).argsort(-1)[..., :2]
+    return codes.scatter_(-1, drop, 0).reshape(n, k)
+
+
+def gemm_rows(n: int, k: int, ms: tuple[int, ...], repeats: int, seed: int = 0) -> list[dict]:
+    """FP32 torch linear vs dense INT4 vs 2:4 INT4 (W4A8, activation quantisation included) at each m."""
+    g = torch.Generator().manual_seed(seed)
+    codes = random_24_codes(n, k, g)
+    scales = torch.rand(n, generator=g) * 0.01 + 0.001
+    weight = codes.float() * scales[:, None]
+    dense = PackedInt4Linear(pack_dense(codes, scales))
+    sparse = PackedInt4Linear(pack_24(codes, scales))
+    rows = []
+    for m in ms:
+        x = torch.randn(m, k, generator=g)
+        with torch.inference_mode():
+            best = best_of_interleaved({"fp32": lambda: torch.nn.functional.linear(x, weight),
+                                        "int4_dense": lambda: dense(x), "int4_sparse24": lambda: sparse(x)},
+                                       repeats)
+        for kernel in ("fp32", "int4_dense", "int4_sparse24"):
+            rows.append({"kernel": kernel, "m": m, "n": n, "k": k, "ms": round(best[kernel], 4),
+                         "speedup_vs_fp32": round(best["fp32"] / best[kernel], 3)})
+    return rows
+
+
+def model_megabytes(model) -> float:
+    """Bytes held by parameters and buffers (tied tensors once) plus PackedInt4Linear weights."""
+    seen, total = set(), 0
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            total += tensor.numel() * tensor.element_size()
+    total += sum(m.weights.nbytes() for m in model.modules() if isinstance(m, PackedInt4Linear))
+    return total / 1e6
+
+
+def decode_tokens_per_s(model, prompt_ids: torch.Tensor, new_tokens: int) -> float:
+    """Greedy decoding with the KV cache, timed after the prefill."""
+    with torch.inference_mode():
+        out = model(prompt_ids, use_cache=True)
+        past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        start = time.perf_counter()
+        for _ in range(new_tokens):
+            out = model(token, past_key_values=past, use_cache=True)
+            past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        return new_tokens / (time.perf_counter() - start)
+
+
+def prefill_ms(model, prompt_ids: torch.Tensor) -> float:
+    with torch.inference_mode():
+        start = time.perf_counter()
+        model(prompt_ids, use_cache=False)
+        return (time.perf_counter() - start) * 1e3
+
+
+def model_comparison(packed_dir: str | Path, prompt_len: int, new_tokens: int, repeats: int, a_bits: int = 8,
+                     seed: int = 0) -> dict:
+    """Packed model on the INT4 kernels vs the same weights dequantised to FP32: memory, prefill, decode, logits."""
+    from toolkit.compress.packed import WEIGHTS, load_packed
+    from toolkit.ops.int4 import load_packed_int4
+
+    fp32, _ = load_packed(packed_dir, dtype=torch.float32, with_tokenizer=False)
+    packed, _ = load_packed_int4(packed_dir, a_bits=a_bits, with_tokenizer=False)
+    vocab = fp32.config.vocab_size
+    ids = torch.randint(0, vocab, (1, prompt_len), generator=torch.Generator().manual_seed(seed))
+    with torch.inference_mode():
+        logits_gap = float((fp32(ids).logits - packed(ids).logits).abs().max())
+    decode = {"fp32": [], "packed": []}
+    prefill = {"fp32": [], "packed": []}
+    for _ in range(repeats):
+        for name, model in (("fp32", fp32), ("packed", packed)):
+            decode[name].append(decode_tokens_per_s(model, ids, new_tokens))
+            prefill[name].append(prefill_ms(model, ids))
+    sparse = sum(m.weights.sparse for m in packed.modules() if isinstance(m, PackedInt4Linear))
+    return {"fp32_mb": round(model_megabytes(fp32), 2),
+            "packed_mb": round((Path(packed_dir) / WEIGHTS).stat().st_size / 1e6, 2),
+            "packed_in_memory_mb": round(model_megabytes(packed), 2),
+            "decode_tokens_per_s_fp32": round(max(decode["fp32"]), 2),
+            "decode_tokens_per_s_packed": round(max(decode["packed"]), 2),
+            "prefill_ms_fp32": round(min(prefill["fp32"]), 2), "prefill_ms_packed": round(min(prefill["packed"]), 2),
+            "max_abs_logit_gap_vs_fp32": round(logits_gap, 5), "prompt_tokens": prompt_len,
+            "new_tokens": new_tokens, "a_bits": a_bits,
+            "linears_24": sparse,
+            "linears": sum(isinstance(m, PackedInt4Linear) for m in packed.modules())}
+
+
+class BenchConfig(BaseConfig):
+    """`iclrkit compress bench`: the INT4 kernels (OBR, https://arxiv.org/abs/2509.11177; official repo csguoh/OBR)
+    against torch FP32. model: a `compress obr` packed directory (its `packed/` sub-folder also accepted), or
+    None to time the GEMMs only. The paper's claim is a CUTLASS A100 micro-benchmark; this is the CPU version."""
+
+    model: Optional[str] = None
+    n: int = Field(4096, ge=1, description="GEMM output features")
+    k: int = Field(4096, ge=1, description="GEMM input features")
+    rows: list[int] = Field(default_factory=lambda: [1, 32], description="GEMM token counts m")
+    repeats: int = Field(10, ge=1, description="interleaved timing rounds (best of)")
+    a_bits: int = Field(8, ge=2, le=8, description="per-token activation bits (8 = W4A8, 4 = W4A4)")
+    prompt_tokens: int = Field(32, ge=1, description="prefill length for the model comparison")
+    new_tokens: int = Field(16, ge=1, description="decoded tokens per model timing")
+    model_repeats: int = Field(2, ge=1, description="model timing rounds (best of)")
+
+    @field_validator("rows")
+    @classmethod
+    def _positive_rows(cls, rows: list[int]) -> list[int]:
+        if not rows or min(rows) < 1:
+            raise ValueError("rows must be a non-empty list of positive token counts")
+        return rows
+
+
+def packed_directory(spec: str) -> Path:
+    from toolkit.compress.packed import WEIGHTS
+
+    root = Path(spec)
+    for candidate in (root, root / "packed"):
+        if (candidate / WEIGHTS).is_file():
+            return candidate
+    raise BadInputError(f"{spec} is not a packed iclrkit model (no {WEIGHTS}, nor packed/{WEIGHTS})")
+
+
+def run_bench(config: BenchConfig, ctx) -> dict:
+    from toolkit.ops import has_op
+
+    directory = packed_directory(config.model) if config.model else None
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    rows = gemm_rows(config.n, config.k, tuple(config.rows), config.repeats, ctx.seed)
+    result = {"rows": rows, "compiled_kernels": has_op("int4_gemm")}
+    if directory is not None:
+        ctx.inputs["model"] = str(directory)
+        result["model"] = model_comparison(directory, config.prompt_tokens, config.new_tokens,
+                                           config.model_repeats, config.a_bits, ctx.seed)
+    ctx.path("results.json").write_text(json.dumps(result, indent=2))
+    for row in rows:
+        ctx.metrics[f"{row['kernel']}_m{row['m']}_speedup_vs_fp32"] = row["speedup_vs_fp32"]
+    ctx.metrics.update({f"model_{k}": v for k, v in result.get("model", {}).items()})
+    return result
