@@ -23,8 +23,8 @@ def run_perplexity(config: PerplexityConfig, ctx) -> dict:
     from toolkit.eval.perplexity import perplexity
     from toolkit.models.source import load_model
 
-    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     text = load_text(config.data)
+    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     if config.split:
         text = split_text(text, test_fraction=0.05, seed=0)[config.split == "test"]
     ids = tokenize(tokenizer, text)

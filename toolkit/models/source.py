@@ -51,6 +51,16 @@ def _hub_cached(repo_id: str) -> bool:
         return False
 
 
+def _quiet_transformers() -> None:
+    """stderr carries our progress and one-line errors; transformers' own bars and notices only with -vv."""
+    if os.environ.get("TRANSFORMERS_VERBOSITY") in ("info", "debug"):
+        return
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def load_tokenizer(spec: str):
     from transformers import AutoTokenizer
 
@@ -71,6 +81,7 @@ def load_model(spec: str, device: str = "cpu", dtype=None, kind: str = "causal-l
     if kind not in classes:
         raise BadInputError(f"unknown model kind '{kind}'")
     source = resolve_model_path(spec)
+    _quiet_transformers()
     try:
         model = classes[kind].from_pretrained(str(source), dtype=dtype or torch.float32, local_files_only=offline())
     except (OSError, ValueError) as exc:
