@@ -134,8 +134,10 @@ def test_score_batch_matches_single_example_reference():
     for text, got in zip(texts, batch):
         enc = tokenizer(text, return_tensors="pt")
         grads = {}
-        handle = model.bert.embeddings.word_embeddings.register_forward_hook(
-            lambda m, i, o: o.register_hook(lambda g: grads.setdefault("g", g)))
+        def keep_grad(module, args, output):
+            output.register_hook(lambda g: grads.setdefault("g", g))
+
+        handle = model.bert.embeddings.word_embeddings.register_forward_hook(keep_grad)
         out = model(**enc, output_attentions=True)
         handle.remove()
         out.logits[0, out.logits[0].argmax()].backward()
