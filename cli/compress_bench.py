@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from cli._options import ConfigOpt, DeviceOpt, DryRunOpt, JsonOpt, OutOpt, OverwriteOpt, SeedOpt, SetOpt
+from cli._options import (
+    ConfigOpt,
+    DeviceOpt,
+    DryRunOpt,
+    JsonOpt,
+    OutOpt,
+    OverwriteOpt,
+    SeedOpt,
+    SetOpt,
+)
 from cli._runner import Common, execute
 
 HELP = "Benchmark the INT4 GEMM kernels (W4A8, dense and 2:4) and a packed OBR model against FP32."

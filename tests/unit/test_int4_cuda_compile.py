@@ -14,10 +14,10 @@ NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nv
 def test_int4_cuda_kernels_compile(tmp_path):
     result = subprocess.run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-gencode",
                              "arch=compute_90,code=sm_90", str(SOURCE), "-o", str(tmp_path / "int4.o")],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "int4.o").stat().st_size > 0
     cuobjdump = shutil.which("cuobjdump")
     if cuobjdump:  # the integer Tensor Core instructions really are emitted
-        listing = subprocess.run([cuobjdump, "-sass", str(tmp_path / "int4.o")], capture_output=True, text=True)
+        listing = subprocess.run([cuobjdump, "-sass", str(tmp_path / "int4.o")], capture_output=True, text=True, check=False)
         assert "IMMA" in listing.stdout
