@@ -6,8 +6,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli._options import (ConfigOpt, DataOpt, DeviceOpt, DryRunOpt, DtypeOpt, JsonOpt, ModelOpt, OutOpt,
-                          OverwriteOpt, SeedOpt, SetOpt)
+from cli._options import (
+    ConfigOpt,
+    DataOpt,
+    DeviceOpt,
+    DryRunOpt,
+    DtypeOpt,
+    JsonOpt,
+    ModelOpt,
+    OutOpt,
+    OverwriteOpt,
+    SeedOpt,
+    SetOpt,
+)
 from cli._runner import Common, execute
 
 app = typer.Typer(no_args_is_help=True, help="Personalized safety steering (PCMS, UMS, ILCS).")

@@ -8,8 +8,7 @@ import torch
 
 from toolkit.core.errors import BadInputError
 from toolkit.defend.attacks import insert_trigger, load_labelled, poison_set
-from toolkit.defend.backdoor import (attention_received, candidate_mask, char_noise, percentile_threshold,
-                                     token_scores)
+from toolkit.defend.backdoor import attention_received, candidate_mask, char_noise, percentile_threshold, token_scores
 from toolkit.defend.baselines import entropy, strip_threshold
 
 

@@ -4,8 +4,7 @@ import pytest
 import torch
 
 from toolkit.core.errors import BadInputError
-from toolkit.steer.estimators import (cosine, estimate, ilcs_direction, pcms_direction, split_half_cosine,
-                                      ums_direction)
+from toolkit.steer.estimators import cosine, estimate, ilcs_direction, pcms_direction, split_half_cosine, ums_direction
 from toolkit.steer.evaluate import lexicon_rate, mean_kl
 from toolkit.steer.intervene import steer_fn
 

@@ -60,8 +60,14 @@ def _sentences(texts, labels, min_words: int):
 
 
 def run_attack(config: AttackConfig, ctx) -> dict:
-    from toolkit.defend.attacks import (encoder_dir, finetune_classifier, insert_trigger, load_labelled, poison_set,
-                                        predict)
+    from toolkit.defend.attacks import (
+        encoder_dir,
+        finetune_classifier,
+        insert_trigger,
+        load_labelled,
+        poison_set,
+        predict,
+    )
     from toolkit.models.save import save_model
 
     texts, labels = load_labelled(config.data)
@@ -107,8 +113,8 @@ def _load_classifier(spec: str, ctx):
 
 
 def _texts(path: str):
-    from toolkit.defend.attacks import load_labelled
     from toolkit.data.text import read_jsonl
+    from toolkit.defend.attacks import load_labelled
 
     if path.endswith(".jsonl"):
         records = read_jsonl(path, required=("text",))

@@ -112,8 +112,7 @@ def _load(model_spec: str, ctx):
 
 def run_estimate(config: SteerConfig, ctx) -> dict:
     from toolkit.steer.estimators import estimate, split_half_cosine
-    from toolkit.steer.intervene import (check_layers, model_fingerprint, num_layers, read_activations,
-                                         save_directions)
+    from toolkit.steer.intervene import check_layers, model_fingerprint, num_layers, read_activations, save_directions
 
     undesired, neutral, n_pairs = load_examples(config.data)
     undesired, neutral = _method_inputs(config.method, undesired, neutral, n_pairs)
