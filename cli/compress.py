@@ -21,6 +21,9 @@ from cli._options import (
     SetOpt,
 )
 from cli._runner import Common, execute
+from cli.compress_bench import EPILOG as BENCH_EPILOG
+from cli.compress_bench import HELP as BENCH_HELP
+from cli.compress_bench import bench
 
 app = typer.Typer(no_args_is_help=True, help="Compress LLMs: OBR and its baselines (quantization + sparsity).")
 
@@ -92,3 +95,5 @@ _baseline("rtn", "Round-to-nearest weights (per channel, symmetric, MSE clip); -
 _baseline("gptq", "GPTQ weight quantization on the same pipeline; --sparsity adds a fixed mask.", "GptqConfig")
 _baseline("sparsegpt", "SparseGPT pruning with joint GPTQ quantization (50% by default).", "SparsegptConfig")
 _baseline("wanda", "Wanda pruning (|W|·‖x‖) followed by RTN (50% by default).", "WandaConfig")
+
+app.command("bench", help=BENCH_HELP, epilog=BENCH_EPILOG)(bench)
