@@ -100,6 +100,23 @@ def execute(
         fail(exc)
 
 
+def _process_rank() -> int:
+    """Rank under torchrun / `accelerate launch` (0 for a plain run)."""
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
+
+
+def _run_without_out(run, config, ctx, scratch: bool) -> None:
+    """Run with no output directory, or, for ranks > 0, with a private scratch directory that is thrown away."""
+    import tempfile
+
+    if not scratch:
+        run(config, ctx)
+        return
+    with tempfile.TemporaryDirectory(prefix=f"iclrkit-rank{_process_rank()}-") as private:
+        ctx.out = Path(private)
+        run(config, ctx)
+
+
 def _path_flags(flags: dict[str, Any]) -> dict[str, Any]:
     """Model and data flags are inputs: recorded with hashes in run.json and protected from --out."""
     return {key: flags[key] for key in ("model", "data") if isinstance(flags.get(key), (str, Path))}
@@ -132,8 +149,10 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out)
         check_out_dir(common.out, common.overwrite, [v for v in ctx.inputs.values() if isinstance(v, (str, Path))])
     seed_everything(seed)
     started, clock = dt.datetime.now(dt.timezone.utc), time.perf_counter()
-    if common.out is None:
-        run(config, ctx)
+    if common.out is None or _process_rank() > 0:
+        _run_without_out(run, config, ctx, scratch=common.out is not None)
+        if common.out is not None:
+            return  # a non-zero rank of a multi-process launch: rank 0 writes --out and prints
         record = build_run_record(command=command, technique=technique, config=config.model_dump(mode="json"),
                                   ctx=ctx, started=started, duration_s=time.perf_counter() - clock, status="ok")
     else:

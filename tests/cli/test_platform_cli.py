@@ -110,3 +110,12 @@ def test_every_present_command_family_imports():
     from cli.main import BROKEN_FAMILIES
 
     assert BROKEN_FAMILIES == {}
+
+
+def test_non_zero_rank_runs_but_writes_nothing_at_out(cli, tmp_path, tiny_gpt2_dir, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    out = tmp_path / "rank1"
+    result = cli(["eval", "ppl", "--model", tiny_gpt2_dir, "--data", "embedded", "--max-windows", "1",
+                  "--max-length", "32", "--out", out])
+    assert result.exit_code == 0, result.stderr
+    assert not out.exists() and result.stdout == ""
