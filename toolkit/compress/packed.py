@@ -79,7 +79,8 @@ def pack_linear(weight: torch.Tensor, scale: torch.Tensor, bits: int) -> dict[st
     return tensors
 
 
-def unpack_linear(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: int) -> torch.Tensor:
+def unpack_linear_codes(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: int) -> np.ndarray:
+    """Integer codes (rows, columns) of one packed linear, zeros restored from the bitmask when there is one."""
     rows, columns = shape
     count = rows * columns
     if "mask" in tensors:
@@ -88,8 +89,12 @@ def unpack_linear(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: 
         codes[nonzero] = unpack_codes(tensors["qweight"], int(nonzero.sum()), bits)
     else:
         codes = unpack_codes(tensors["qweight"], count, bits)
+    return codes.reshape(rows, columns)
+
+
+def unpack_linear(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: int) -> torch.Tensor:
     scale = torch.from_numpy(tensors["scales"].copy()).reshape(-1, 1)
-    return torch.from_numpy(codes.reshape(rows, columns).astype(np.float32)) * scale
+    return torch.from_numpy(unpack_linear_codes(tensors, shape, bits).astype(np.float32)) * scale
 
 
 def save_packed(model, tokenizer, out: Path, adapter: ArchAdapter, scales: dict[str, torch.Tensor], bits: int,

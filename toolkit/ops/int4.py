@@ -111,19 +111,11 @@ def is_24_sparse(codes: torch.Tensor) -> bool:
 
 def codes_from_packed(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: int) -> torch.Tensor:
     """Integer codes [N, K] of one linear stored by toolkit.compress.packed (bitmask or dense nibble stream)."""
-    from toolkit.compress.packed import unpack_codes
+    from toolkit.compress.packed import unpack_linear_codes
 
     if bits > 4:
         raise BadInputError(f"INT4 kernels need ≤ 4-bit weights, the packed model has {bits}")
-    rows, columns = shape
-    count = rows * columns
-    if "mask" in tensors:
-        nonzero = np.unpackbits(tensors["mask"], count=count).astype(bool)
-        codes = np.zeros(count, dtype=np.int16)
-        codes[nonzero] = unpack_codes(tensors["qweight"], int(nonzero.sum()), bits)
-    else:
-        codes = unpack_codes(tensors["qweight"], count, bits)
-    return torch.from_numpy(codes.reshape(rows, columns).astype(np.int16))
+    return torch.from_numpy(unpack_linear_codes(tensors, shape, bits).astype(np.int16))
 
 
 def to_kernel_layout(codes: torch.Tensor, scales: torch.Tensor, sparse: str = "auto") -> KernelWeights:
