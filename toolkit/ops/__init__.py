@@ -27,18 +27,11 @@ def has_op(name: str) -> bool:
 
 
 def compiled_ops() -> list[str]:
+    """Names of the ops `toolkit._C` registered under torch.ops.iclrkit."""
     import torch
 
     built, _ = load_extension()
     if not built:
         return []
-    candidates = ("fwht", "binary_gemm", "ternary_conv2d", "int4_gemm", "int4_gemm_24")
-    return [name for name in candidates if _op_exists(torch, name)]
-
-
-def _op_exists(torch, name: str) -> bool:
-    try:
-        getattr(torch.ops.iclrkit, name)
-        return True
-    except (AttributeError, RuntimeError):
-        return False
+    return sorted(name.split("::", 1)[1] for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith("iclrkit::"))
