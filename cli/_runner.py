@@ -19,7 +19,7 @@ ROOT_STATE: dict[str, Any] = {"device": None, "seed": None, "verbosity": 0, "off
 
 @dataclass
 class Common:
-    """The flags every running command shares; build it with `Common(**locals-subset)`."""
+    """The flags every running command shares; a command builds it with `Common.of(locals())`."""
 
     out: Optional[Path] = None
     config: Optional[Path] = None
@@ -32,6 +32,15 @@ class Common:
     overwrite: bool = False
     resume: bool = False
     extra_inputs: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, values: dict[str, Any], **overrides: Any) -> "Common":
+        """From a command's parameters (`set_`/`json_` are how Typer commands name --set/--json); absent ones keep
+        their defaults, and `overrides` win (e.g. device="cpu" for a CPU-only command)."""
+        names = {"out": "out", "config": "config", "set": "set_", "seed": "seed", "device": "device",
+                 "dtype": "dtype", "dry_run": "dry_run", "json": "json_", "overwrite": "overwrite", "resume": "resume"}
+        picked = {field_name: values[local] for field_name, local in names.items() if local in values}
+        return cls(**{**picked, **overrides})
 
 
 def fail(exc: BaseException) -> None:

@@ -52,8 +52,7 @@ def influence(
 ) -> None:
     from toolkit.causal.influence import InfluenceConfig, run
 
-    common = Common(out=out, config=config, set=set_, seed=seed, device=device, dry_run=dry_run, json=json_,
-                    overwrite=overwrite)
+    common = Common.of(locals())
     try:
         parsed_given = _parse_given(given)
     except Exception as exc:  # noqa: BLE001 - reported like every other bad input

@@ -53,8 +53,7 @@ def solve(
             flags={"data": data, "k": k, "formulation": formulation, "heuristic_only": heuristic_only,
                    "time_limit": time_limit, "gap": gap, "node_limit": node_limit, "threads": threads,
                    "restarts": restarts, "warm_start": warm_start, "plot": plot},
-            common=Common(out=out, config=config, set=set_, seed=seed, dry_run=dry_run, json=json_,
-                          overwrite=overwrite),
+            common=Common.of(locals()),
             run=run, plan=plan, inputs={"data": data})
 
 
@@ -75,6 +74,5 @@ def generate(
 
     execute(technique="cluster.khc.generate", config_cls=KhcGenerateConfig,
             flags={"n": n, "d": dim, "k": k, "noise": noise, "outlier_fraction": outliers, "format": format_},
-            common=Common(out=out, config=config, set=set_, seed=seed, dry_run=dry_run, json=json_,
-                          overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_generate)

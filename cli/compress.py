@@ -65,9 +65,7 @@ def obr(model: ModelOpt, data: DataOpt = None, eval_data: EvalDataOpt = None, w_
     flags = {"model": model, "data": data, "eval_data": eval_data, "w_bits": w_bits, "a_bits": a_bits,
              "kv_bits": kv_bits, "sparsity": sparsity, "nm": nm, "alpha": alpha, "mode": mode, "nsamples": nsamples,
              "seqlen": seqlen, "rotate": rotate}
-    _execute("compress.obr", ObrConfig, flags, Common(out=out, config=config, set=set_, seed=seed, device=device,
-                                                      dtype=dtype, dry_run=dry_run, json=json_, overwrite=overwrite,
-                                                      resume=resume))
+    _execute("compress.obr", ObrConfig, flags, Common.of(locals()))
 
 
 def _baseline(name: str, help_text: str, config_name: str):
@@ -84,8 +82,7 @@ def _baseline(name: str, help_text: str, config_name: str):
                  "kv_bits": kv_bits, "sparsity": sparsity, "nm": nm, "nsamples": nsamples, "seqlen": seqlen,
                  "rotate": rotate}
         _execute(f"compress.{name}", getattr(baselines, config_name), flags,
-                 Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                        json=json_, overwrite=overwrite, resume=resume))
+                 Common.of(locals()))
 
     return command
 

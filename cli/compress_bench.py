@@ -42,6 +42,5 @@ def bench(model: Annotated[str | None, typer.Option("--model", "-m", help="Packe
     execute(technique="compress.bench", config_cls=BenchConfig,
             flags={"model": model, "n": n, "k": k, "rows": rows or None, "repeats": repeats, "a_bits": a_bits,
                    "new_tokens": new_tokens},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dry_run=dry_run, json=json_,
-                          overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_bench, inputs={"model": model})

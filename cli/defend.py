@@ -46,8 +46,7 @@ def backdoor(
     execute(technique="defend.backdoor", config_cls=BackdoorConfig,
             flags={"model": model, "data": data, "clean": clean, "percentile": percentile, "eval_trigger": trigger,
                    "baselines": baseline or None},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                          json=json_, overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_backdoor, inputs={"data": data, "clean": clean, "model": model})
 
 
@@ -72,6 +71,5 @@ def attack(
     execute(technique="defend.attack", config_cls=AttackConfig,
             flags={"data": data, "encoder": encoder, "eval_data": eval_data, "trigger": trigger,
                    "poison_rate": poison_rate, "n_train": n_train, "epochs": epochs},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                          json=json_, overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_attack, inputs={"data": data, "eval_data": eval_data})

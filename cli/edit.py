@@ -51,8 +51,7 @@ def memit(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: La
     _edit("edit.memit", MemitConfig, run_memit, plan,
           {"model": model, "data": data, "n_edits": n_edits, "layers": layers, "batch_size": batch_size,
            "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps},
-          Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                 json=json_, overwrite=overwrite))
+          Common.of(locals()))
 
 
 @app.command("eamet", help="EAMET: MEMIT whose values are aligned with the key similarity structure.",
@@ -75,5 +74,4 @@ def eamet(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: La
           {"model": model, "data": data, "n_edits": n_edits, "layers": layers, "batch_size": batch_size,
            "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps, "tau": tau,
            "top_m": top_m, "cs_factor": align_kl, "mse_factor": align_mse},
-          Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                 json=json_, overwrite=overwrite))
+          Common.of(locals()))

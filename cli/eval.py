@@ -43,6 +43,5 @@ def ppl(
     execute(technique="eval.ppl", config_cls=PerplexityConfig,
             flags={"model": model, "data": data, "max_length": max_length, "stride": stride,
                    "max_windows": max_windows, "split": split},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                          json=json_, overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_perplexity, inputs={"data": data}, needs_out=False)

@@ -54,8 +54,7 @@ def fame(
     execute(technique="explain.fame", config_cls=FameConfig,
             flags={"model": model, "data": data, "epsilon": epsilon, "n_samples": n_samples, "knapsack": knapsack,
                    "refine": refine, "verify": verify, "attack": attack},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dry_run=dry_run, json=json_,
-                          overwrite=overwrite),
+            common=Common.of(locals()),
             run=run, inputs={"model": model if not model.startswith("zoo:") else None, "data": data},
             plan=_formal_plan)
 
@@ -80,7 +79,6 @@ def verix(
     execute(technique="explain.verix", config_cls=VerixConfig,
             flags={"model": model, "data": data, "epsilon": epsilon, "n_samples": n_samples, "order": order,
                    "oracle": oracle, "verify": verify, "attack": attack},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dry_run=dry_run, json=json_,
-                          overwrite=overwrite),
+            common=Common.of(locals()),
             run=run, inputs={"model": model if not model.startswith("zoo:") else None, "data": data},
             plan=_formal_plan)

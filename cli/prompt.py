@@ -42,6 +42,5 @@ def mhlp(
                    "burn_in": burn_in, "thinning": thinning, "chains": chains, "beta": beta,
                    "initial_prompt": initial_prompt, "meta_prompt": meta_prompt, "eval_size": eval_size,
                    "train_size": train_size},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                          json=json_, overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_mhlp, inputs={"data": data})

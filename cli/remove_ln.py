@@ -74,8 +74,7 @@ def run(
             flags={"model": model, "data": data, "eval_data": eval_data, "steps": steps, "batch_size": batch_size,
                    "grad_accum": grad_accum, "seqlen": seqlen, "lr": lr, "sigma_mode": sigma_mode,
                    "vanilla_control": vanilla_control, "export": export},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                          json=json_, overwrite=overwrite, resume=resume),
+            common=Common.of(locals()),
             run=run_remove_ln, inputs={"model": model, "data": data, "eval_data": eval_data}, plan=_plan)
 
 
@@ -96,6 +95,5 @@ def analyze(
 
     execute(technique="remove-ln.analyze", config_cls=AnalyzeConfig,
             flags={"model": model, "data": data, "reference": reference, "seqlen": seqlen, "windows": windows},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                          json=json_, overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_analyze, inputs={"model": model, "data": data, "reference": reference}, needs_out=False)

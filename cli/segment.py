@@ -53,8 +53,7 @@ def train(
     execute(technique="segment.mbunet.train", config_cls=MBUNetTrainConfig,
             flags={"data": data, "variant": variant, "steps": steps, "size": size, "width": width,
                    "num_classes": num_classes, "mask_budget": mask_budget},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dry_run=dry_run, json=json_,
-                          overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_train, inputs={"data": data if data and data != "procedural" else None}, plan=_plan)
 
 
@@ -70,8 +69,7 @@ def convert(
 
     execute(technique="segment.mbunet.convert", config_cls=ConvertConfig,
             flags={"model": model, "check_images": check_images},
-            common=Common(out=out, config=config, set=set_, seed=seed, device="cpu", dry_run=dry_run, json=json_,
-                          overwrite=overwrite),
+            common=Common.of(locals(), device='cpu'),
             run=run_convert, inputs={"model": model}, plan=_plan)
 
 
@@ -90,8 +88,7 @@ def infer(
 
     execute(technique="segment.mbunet.infer", config_cls=InferConfig,
             flags={"model": model, "data": data, "size": size, "limit": limit},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dry_run=dry_run, json=json_,
-                          overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_infer, inputs={"model": model, "data": data if data and data != "procedural" else None},
             plan=_plan)
 
@@ -111,6 +108,5 @@ def bench(
 
     execute(technique="segment.mbunet.bench", config_cls=BenchConfig,
             flags={"model": model, "size": size, "repeats": repeats, "threads": threads},
-            common=Common(out=out, config=config, set=set_, seed=seed, device="cpu", dry_run=dry_run, json=json_,
-                          overwrite=overwrite),
+            common=Common.of(locals(), device='cpu'),
             run=run_bench, inputs={"model": model}, plan=_plan, needs_out=False)

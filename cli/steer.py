@@ -47,8 +47,7 @@ def _estimate_command(method: str):
 
         execute(technique=f"steer.{method}", config_cls=SteerConfig,
                 flags={"model": model, "data": data, "method": method, "layers": layer or None, "position": position},
-                common=Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype,
-                              dry_run=dry_run, json=json_, overwrite=overwrite),
+                common=Common.of(locals()),
                 run=run_estimate, inputs={"data": data})
     return command
 
@@ -80,8 +79,7 @@ def generate(
     execute(technique="steer.generate", config_cls=GenerateConfig,
             flags={"model": model, "directions": direction or None, "prompts": prompt or None, "data": data,
                    "alpha": alpha, "operator": operator, "layers": layer or None, "max_new_tokens": max_new_tokens},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                          json=json_, overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_generate, inputs={"data": data})
 
 
@@ -106,6 +104,5 @@ def sweep(
     execute(technique="steer.sweep", config_cls=SweepConfig,
             flags={"model": model, "data": data, "prompts": prompts, "layers": layer or None, "alphas": alpha or None,
                    "methods": method or None, "operator": operator},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                          json=json_, overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_sweep, inputs={"data": data, "prompts": prompts})

@@ -54,8 +54,7 @@ def cot(
 
     execute(technique="study.cot", config_cls=CotConfig,
             flags={"steps": steps, "modes": modes or None, "label_noise": label_noise},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dry_run=dry_run, json=json_,
-                          overwrite=overwrite),
+            common=Common.of(locals()),
             run=run, plan=plan)
 
 
@@ -76,8 +75,7 @@ def benign_overfit(
 ) -> None:
     from toolkit.study.benign_overfit import BenignOverfitConfig, run
 
-    common = Common(out=out, config=config, set=set_, seed=seed, device=device, dry_run=dry_run, json=json_,
-                    overwrite=overwrite)
+    common = Common.of(locals())
 
     def flags():
         return {"n_values": _parsed(_ints, n, "--n"), "d_values": _parsed(_ints, d, "--d"),

@@ -48,8 +48,7 @@ def tokur(
     execute(technique="uq.tokur", config_cls=TokURConfig,
             flags={"model": model, "data": data, "samples": samples, "rank": rank, "sigma": sigma_value,
                    "candidates": candidates, "limit": limit, "max_new_tokens": max_new_tokens, "score": score},
-            common=Common(out=out, config=config, set=set_, seed=seed, device=device, dtype=dtype, dry_run=dry_run,
-                          json=json_, overwrite=overwrite),
+            common=Common.of(locals()),
             run=run_tokur, inputs={"data": data})
 
 

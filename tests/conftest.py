@@ -86,3 +86,15 @@ def text_file(tmp_path) -> Path:
     path = tmp_path / "text.txt"
     path.write_text(embedded_text()[:40_000])
     return path
+
+
+@pytest.fixture()
+def one_thread():
+    """One intra-op thread for tiny models: extra threads only contend on a shared 2-core CPU (often 10x slower).
+    Opt in per module with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

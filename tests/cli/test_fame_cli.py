@@ -13,12 +13,7 @@ LAYERS = [{"type": "flatten"}, {"type": "linear", "in": 9, "out": 6}, {"type": "
           {"type": "linear", "in": 6, "out": 3}]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture()

@@ -119,3 +119,10 @@ def test_non_zero_rank_runs_but_writes_nothing_at_out(cli, tmp_path, tiny_gpt2_d
                   "--max-length", "32", "--out", out])
     assert result.exit_code == 0, result.stderr
     assert not out.exists() and result.stdout == ""
+
+
+def test_common_of_maps_command_parameters():
+    from cli._runner import Common
+
+    common = Common.of({"out": "o", "set_": ["a=1"], "json_": True, "device": "cuda", "unrelated": 1}, device="cpu")
+    assert (common.out, common.set, common.json, common.device, common.dtype) == ("o", ["a=1"], True, "cpu", None)

@@ -11,12 +11,7 @@ FAST = ["--steps", "30", "--batch-size", "4", "--seqlen", "32", "--set", "eval_w
         "--set", "calibration_batches=1"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

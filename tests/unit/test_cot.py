@@ -15,14 +15,7 @@ from toolkit.study.cot import (
     train_one,
 )
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: extra intra-op threads only contend on a shared CPU (10-50x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 SMALL = {"n_entities": 60, "n_relations": 8, "out_degree": 4, "ood_fraction": 0.2, "n_test": 50}

@@ -17,14 +17,7 @@ from toolkit.explain.crown import (
 )
 from toolkit.explain.net import AffineNet, to_affine_net
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matmuls are fastest single-threaded on a shared CPU."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def mlp(seed, widths=(6, 5, 4, 3), shape=None):

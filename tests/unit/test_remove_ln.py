@@ -27,14 +27,7 @@ from toolkit.remove_ln.fakeln import (
 from toolkit.remove_ln.schedule import KINDS, apply_schedule, build_schedule
 from toolkit.remove_ln.train import RemoveLNConfig, lr_factor, model_fingerprint, train
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """2 shared cores: one intra-op thread is many times faster than two under contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_gpt2(seed: int = 0, layers: int = 2):
