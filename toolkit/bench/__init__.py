@@ -1,0 +1,1 @@
+"""Benchmark harnesses: VideoMathQA (lmms-eval scoring) and MMSearch-Plus (agent loop, tools, judge)."""

@@ -1,0 +1,168 @@
+"""run() for `iclrkit bench videomathqa`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import Field
+
+from toolkit.bench import videomathqa as vm
+from toolkit.bench.data import find_annotation, load_records, require_fields
+from toolkit.core.config import BaseConfig
+from toolkit.core.errors import BadInputError, require
+
+FIELDS = ("question_id", "videoID", "question", "options", "answer", "category", "length")
+
+
+class VideoMathQAConfig(BaseConfig):
+    """VideoMathQA (https://arxiv.org/abs/2506.05349, data MBZUAI/VideoMathQA, project mbzuai-oryx/VideoMathQA;
+    official scoring in EvolvingLMMs-Lab/lmms-eval `lmms_eval/tasks/videomathqa`).
+
+    Defaults follow the lmms-eval task YAMLs: 32 frames, greedy decoding, 16 new tokens for direct answers and
+    8096 for CoT; CoT letters mapped by an LLM (T 0.7, 16 tokens) with a random wrong letter on failure; the step
+    judge samples at T 0.6 with up to 32768 tokens (upstream: Qwen3-4B in thinking mode)."""
+
+    model: str  # answering model: openai:MODEL@URL (vision server, images sent as base64) | path | zoo:NAME
+    data: str  # annotation file (.jsonl/.json/.parquet) or a directory holding mcq.* / multi_binary.*
+    video_dir: Optional[str] = None  # default: <data dir>/videos/<videoID>.mp4
+    subtitle_dir: Optional[str] = None  # default: <data dir>/subtitles/<videoID>.srt
+    task: Literal["mcq", "mbin"] = "mcq"  # mbin from 5-way rows derives the correct-vs-distractor pairs
+    cot: bool = False  # chain-of-thought prompt + LLM letter extraction (+ step score with judge_model)
+    subtitles: bool = False  # the _w_subtitle variants
+    frame_num: int = Field(32, ge=-1)  # frames sent to the model; -1 = every frame
+    max_new_tokens: Optional[int] = Field(None, ge=1)  # default 16 direct / 8096 CoT
+    use_images: bool = True  # False (or a backend without vision) sends the text alone
+    image_max_side: int = Field(768, ge=16)
+    extractor_model: Optional[str] = None  # CoT letter mapping (upstream Qwen3-4B); default: the answering model
+    extractor_temperature: float = Field(0.7, ge=0)
+    judge_model: Optional[str] = None  # CoT step judge (upstream Qwen3-4B thinking); None = no step score
+    judge_temperature: float = Field(0.6, ge=0)
+    judge_max_tokens: int = Field(32768, ge=1)
+    limit: Optional[int] = Field(None, ge=1)  # first N questions
+    request_timeout: float = Field(600.0, gt=0)
+    cache_dir: Optional[str] = None  # disk cache of server replies (re-runs do not re-query)
+
+
+def resolve_paths(config: VideoMathQAConfig) -> tuple[Path, Path, Path]:
+    stems = ("mcq",) if config.task == "mcq" else ("multi_binary", "mbin", "mcq")
+    annotation = find_annotation(Path(config.data), stems)
+    root = annotation.parent
+    return (annotation, Path(config.video_dir) if config.video_dir else root / "videos",
+            Path(config.subtitle_dir) if config.subtitle_dir else root / "subtitles")
+
+
+def _steps(value):
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def validate_row(row: dict, source: Path) -> dict:
+    options = row["options"]
+    where = f"{source}: question {row['question_id']}"
+    require(isinstance(options, list) and len(options) in (2, 5) and all(isinstance(o, str) for o in options),
+            f"{where}: options must be a list of 2 or 5 strings")
+    require(row["answer"] in vm.LETTERS[:len(options)], f"{where}: answer {row['answer']!r} is not an option letter")
+    require(row["length"] in vm.VIDEO_LENGTHS, f"{where}: length {row['length']!r} is not short/medium/long")
+    return {**row, "steps": _steps(row.get("steps"))}
+
+
+def load_items(config: VideoMathQAConfig) -> tuple[list[dict], Path, Path]:
+    annotation, videos, subtitles = resolve_paths(config)
+    rows = load_records(annotation)
+    require_fields(rows, FIELDS, annotation)
+    rows = [validate_row(row, annotation) for row in rows]
+    if config.limit:
+        keep = list(dict.fromkeys(row["question_id"] for row in rows))[:config.limit]
+        rows = [row for row in rows if row["question_id"] in set(keep)]
+    if config.task == "mbin":
+        rows = [pair for row in rows for pair in (vm.binary_pairs(row) if len(row["options"]) == 5 else [row])]
+    elif any(len(row["options"]) != 5 for row in rows):
+        raise BadInputError(f"{annotation}: task mcq needs 5 options per question", "use --task mbin")
+    return rows, videos, subtitles
+
+
+def video_path(videos: Path, video_id: str) -> Path:
+    for suffix in (".mp4", ".MP4", ".mkv"):
+        if (videos / f"{video_id}{suffix}").is_file():
+            return videos / f"{video_id}{suffix}"
+    raise BadInputError(f"video {video_id} not found in {videos}")
+
+
+def item_inputs(row: dict, config: VideoMathQAConfig, videos: Path, subtitles: Path, sees_images: bool):
+    """(frames, subtitle text or None) for one row."""
+    from toolkit.bench import video
+
+    path = video_path(videos, row["videoID"])
+    frames = video.sample_frames(path, config.frame_num)[0] if sees_images else []
+    if not config.subtitles:
+        return frames, None
+    srt = subtitles / f"{row['videoID']}.srt"
+    if not srt.is_file():
+        return frames, ""
+    total, fps = video.video_info(path)
+    return frames, video.subtitles_for_frames(video.parse_srt(srt.read_text(encoding="utf-8")), fps, total,
+                                              config.frame_num)
+
+
+def run_videomathqa(config: VideoMathQAConfig, ctx) -> dict:
+    from toolkit.bench.vision import ModelPool, VisionModel
+
+    rows, videos, subtitles = load_items(config)
+    pool = ModelPool(ctx.device, ctx.torch_dtype, config.cache_dir, config.request_timeout)
+    model = VisionModel(pool.get(config.model), use_images=config.use_images, max_side=config.image_max_side,
+                        seed=ctx.seed)
+    max_tokens = config.max_new_tokens or (8096 if config.cot else 16)
+    extractor = pool.get(config.extractor_model or config.model)
+    rng = np.random.default_rng(ctx.seed)
+
+    def extract(prompt: str) -> str:
+        return extractor.generate([prompt], max_new_tokens=16, temperature=config.extractor_temperature,
+                                  seed=ctx.seed, chat=True)[0].text
+
+    records = []
+    for row in ctx.progress(rows, total=len(rows), description="videomathqa"):
+        frames, subtitle_text = item_inputs(row, config, videos, subtitles, model.sees_images)
+        prompt = vm.build_prompt(row["question"], row["options"], config.cot, subtitle_text)
+        response = model.ask(prompt, frames, max_new_tokens=max_tokens)
+        record = {key: row.get(key) for key in ("question_id", "videoID", "category", "length", "answer", "pair")}
+        record["reasoning_type"] = row.get("reasoning_type")
+        record["response"] = response
+        if config.cot:
+            letter, record["extractor_ok"] = vm.cot_letter(response, row["options"], row["answer"], extract, rng)
+            record["pred_answer"] = vm.extract_characters_regex(letter)
+        else:
+            record["pred_answer"] = vm.extract_characters_regex(response)
+        if config.cot and config.judge_model:
+            judge = pool.get(config.judge_model)
+            reply = judge.generate([vm.step_judge_prompt(row["question"], row["options"], row["steps"],
+                                                         row["answer"], response)],
+                                   max_new_tokens=config.judge_max_tokens, temperature=config.judge_temperature,
+                                   seed=ctx.seed, chat=True)[0].text
+            record["score_card"] = vm.parse_score_card(reply)
+        records.append(record)
+    pool.close()
+    return summarise(records, config, model.modality, ctx)
+
+
+def summarise(records: list[dict], config: VideoMathQAConfig, modality: str, ctx) -> dict:
+    table = vm.score_table(records, multi_binary=config.task == "mbin")
+    metrics = {"variant": f"{config.task}{'_cot' if config.cot else ''}{'_w_subtitle' if config.subtitles else ''}",
+               "modality": modality, **table}
+    if config.cot:
+        metrics["extractor_failures"] = sum(not r["extractor_ok"] for r in records)
+    cards = [r for r in records if "score_card" in r]
+    if cards:
+        metrics["step_score"] = float(np.mean([r["score_card"]["score"] for r in cards]))
+        metrics["step_score_judge_errors"] = sum(r["score_card"]["critique"] == "Error" for r in cards)
+    with open(ctx.path("predictions.jsonl"), "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+    ctx.metrics.update(metrics)
+    return metrics
