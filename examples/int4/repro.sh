@@ -18,7 +18,8 @@ fi
 PACKED="$OUT/obr-llama-small/packed"
 if [ ! -f "$PACKED/model.packed.safetensors" ]; then
   OMP_NUM_THREADS=2 .venv/bin/iclrkit compress obr --model "$MODEL" --data embedded --w-bits 4 --a-bits 16 \
-    --kv-bits 16 --nm 2:4 --nsamples 8 --seqlen 128 --set export=packed --out "$OUT/obr-llama-small" --overwrite
+    --kv-bits 16 --nm 2:4 --nsamples 8 --seqlen 128 --set export=packed --set embed_bits=8 --eval-data embedded \
+    --set eval_windows=4 --set eval_max_length=256 --out "$OUT/obr-llama-small" --overwrite
 fi
 $PY - "$PACKED" "$OUT/bench" "$REPEATS" <<'PYEOF'
 import sys

@@ -74,3 +74,39 @@ def test_packed_model_reloads_bit_exact(request, tmp_path, fixture, rotate):
     with torch.no_grad():
         diff = (loaded(ids).logits - model(ids).logits).abs().max()
     assert diff < 5e-2  # non-linear tensors are stored as float16
+
+
+@pytest.mark.parametrize("bits,group", [(8, 64), (4, 16), (4, 7)])
+def test_grouped_quantization_matches_per_group_rounding(bits, group):
+    from toolkit.compress.packed import dequantize_groups, quantize_groups
+
+    W = torch.randn(5, 30, generator=torch.Generator().manual_seed(2))
+    codes, scales = quantize_groups(W, bits, group)
+    assert scales.shape == (5, -(-30 // group)) and scales.dtype == torch.float16
+    restored = dequantize_groups(codes, scales, group)
+    for row in range(5):
+        for g in range(scales.shape[1]):
+            piece = slice(g * group, (g + 1) * group)
+            step = scales[row, g].float()
+            expected = torch.round(W[row, piece] / step).clamp(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) * step
+            assert torch.equal(restored[row, piece], expected)
+    assert (restored - W).abs().max() < W.abs().max() / 2 ** (bits - 2)
+
+
+@pytest.mark.parametrize("fixture,bits", [("tiny_llama_dir", 4), ("tiny_gpt2_dir", 8)])
+def test_grouped_vocab_matrices_reload_exactly_and_shrink_the_file(request, tmp_path, fixture, bits):
+    from transformers import AutoModelForCausalLM
+
+    from toolkit.compress.packed import round_vocab_matrices, vocab_matrix_names
+
+    model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(fixture)).eval()
+    adapter = adapter_for(model)
+    scales = _compress_in_place(model, adapter)
+    wide = save_packed(model, None, tmp_path / "fp16", adapter, scales, 4, {})
+    grids = round_vocab_matrices(model, adapter, bits, 32)
+    narrow = save_packed(model, None, tmp_path / "narrow", adapter, scales, 4, {}, bits, 32, grids)
+    assert narrow["packed_mb"] < wide["packed_mb"]
+    loaded, _ = load_packed(tmp_path / "narrow", with_tokenizer=False)
+    loaded_params, params = dict(loaded.named_parameters()), dict(model.named_parameters())
+    for name in vocab_matrix_names(model, adapter):
+        assert torch.equal(loaded_params[name], params[name])

@@ -8,6 +8,11 @@ Layout per quantized linear P (weights as out × in, row-major):
   P.mask     uint8  np.packbits of the non-zero bitmask; present only when it saves space (> 25% zeros), and then
                     P.qweight holds only the entries the mask marks
 Zeros need no code: a symmetric grid maps a pruned weight to code 0, so the bitmask is exactly "code ≠ 0".
+
+With `embed_bits` 4 or 8 the token embeddings and the LM head (most of a small model's bytes once its linears are
+INT4) are stored as E.qcodes (codes packed like the linears, no mask) + E.group_scales (float16, one per `group`
+columns of a row); `round_vocab_matrices` puts the in-memory model on that grid first, so evaluation, the dense
+export and the packed file agree.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from toolkit.compress.quant import codes_of, max_code
+from toolkit.compress.quant import codes_of, fit_weight_scale, max_code
 from toolkit.core.errors import BadInputError
 from toolkit.models.adapters import (
     ArchAdapter,
@@ -39,6 +44,42 @@ def _unique_params(model) -> dict[str, torch.Tensor]:
         seen.add(tensor.data_ptr())
         out[name] = tensor
     return out
+
+
+def vocab_matrix_names(model, adapter: ArchAdapter) -> list[str]:
+    """State-dict names of the token embedding and LM head weights (one name per storage)."""
+    from toolkit.models.adapters import first_module, get_lm_head
+
+    modules = [first_module(model, adapter.embed_tokens), get_lm_head(model, adapter)]
+    by_ptr = {t.data_ptr(): n for n, t in _unique_params(model).items()}
+    return list(dict.fromkeys(by_ptr[m.weight.data_ptr()] for m in modules if m is not None))
+
+
+def quantize_groups(weight: torch.Tensor, bits: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric codes [rows, cols] and float16 scales [rows, ⌈cols/group⌉], each run of `group` columns of a row
+    on its own MSE-clipped grid; codes × scales reproduce `dequantize_groups` exactly."""
+    rows, cols = weight.shape
+    padded = torch.nn.functional.pad(weight.float(), (0, -cols % group))
+    pieces = padded.reshape(-1, group)
+    scale = fit_weight_scale(pieces, bits).half().float().clamp_min(torch.finfo(torch.float16).tiny)
+    codes = codes_of(pieces, scale, bits).reshape(rows, -1)[:, :cols]
+    return codes.to(torch.int8), scale.reshape(rows, -1).half()
+
+
+def dequantize_groups(codes: torch.Tensor, scales: torch.Tensor, group: int) -> torch.Tensor:
+    expanded = scales.float().repeat_interleave(group, dim=1)[:, :codes.shape[1]]
+    return codes.float() * expanded
+
+
+@torch.no_grad()
+def round_vocab_matrices(model, adapter: ArchAdapter, bits: int, group: int) -> dict[str, tuple]:
+    """Put the embeddings and LM head on their grouped integer grid, in place; returns name → (codes, scales) for
+    `save_packed` (re-fitting scales on already-rounded weights could pick another grid)."""
+    params, grids = _unique_params(model), {}
+    for name in vocab_matrix_names(model, adapter):
+        grids[name] = quantize_groups(params[name], bits, group)
+        params[name].copy_(dequantize_groups(*grids[name], group).to(params[name].dtype))
+    return grids
 
 
 def fp16_size_bytes(model) -> int:
@@ -98,8 +139,10 @@ def unpack_linear(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: 
 
 
 def save_packed(model, tokenizer, out: Path, adapter: ArchAdapter, scales: dict[str, torch.Tensor], bits: int,
-                metadata: dict) -> dict:
-    """Write the packed directory; returns measured sizes (MB) and the ratio to FP16."""
+                metadata: dict, embed_bits: int = 16, embed_group: int = 64,
+                vocab_grids: dict[str, tuple] | None = None) -> dict:
+    """Write the packed directory; returns measured sizes (MB) and the ratio to FP16. With embed_bits < 16 the
+    vocab matrices are stored on `vocab_grids` (from `round_vocab_matrices`), or on grids fitted here."""
     from safetensors.numpy import save_file
 
     out = Path(out)
@@ -113,12 +156,19 @@ def save_packed(model, tokenizer, out: Path, adapter: ArchAdapter, scales: dict[
             tensors[f"{path}.{key}"] = value
         quantized[f"{path}.weight"] = weight.numel()
     linear_bytes = sum(v.nbytes for v in tensors.values())
+    grouped = {name: {"bits": embed_bits, "group": embed_group}
+               for name in (vocab_matrix_names(model, adapter) if embed_bits < 16 else [])}
     for name, tensor in _unique_params(model).items():
-        if name not in quantized:
-            value = tensor.detach().cpu()
+        value = tensor.detach().cpu()
+        if name in grouped:
+            codes, group_scales = (vocab_grids or {}).get(name) or quantize_groups(value, embed_bits, embed_group)
+            tensors[f"{name}.qcodes"] = pack_codes(codes.to(torch.int16).numpy().reshape(-1), embed_bits)
+            tensors[f"{name}.group_scales"] = group_scales.numpy()
+            grouped[name]["shape"] = list(value.shape)
+        elif name not in quantized:
             tensors[name] = (value.half() if value.is_floating_point() else value).numpy()
     config = {"quant_method": "iclrkit", "format": FORMAT, "bits": bits, "linears": shapes,
-              "conv1d": adapter.conv1d, **metadata}
+              "conv1d": adapter.conv1d, "grouped_matrices": grouped, **metadata}
     save_file(tensors, str(out / WEIGHTS), metadata={"quantization_config": json.dumps(config)})
     model.config.to_json_file(str(out / "config.json"))
     (out / "quantization_config.json").write_text(json.dumps(config, indent=2))
@@ -156,6 +206,12 @@ def load_packed(directory: str | Path, dtype=torch.float32, with_tokenizer: bool
     adapter = adapter_for(model)
     dense = {k: _as_torch(v, dtype) for k, v in tensors.items()
              if not any(k.startswith(p + ".") for p in config["linears"]) or k.endswith(".bias")}
+    for name, spec in config.get("grouped_matrices", {}).items():
+        rows, cols = spec["shape"]
+        codes = unpack_codes(tensors[f"{name}.qcodes"], rows * cols, spec["bits"]).reshape(rows, cols)
+        scales = torch.from_numpy(tensors[f"{name}.group_scales"].copy())
+        dense.pop(f"{name}.qcodes"), dense.pop(f"{name}.group_scales")
+        dense[name] = dequantize_groups(torch.from_numpy(codes), scales, spec["group"]).to(dtype)
     missing, unexpected = model.load_state_dict(dense, strict=False)
     quantized = {f"{p}.weight" for p in config["linears"]}
     if unexpected or set(missing) - quantized - _tied_names(model):

@@ -40,6 +40,10 @@ class CompressConfig(BaseConfig):
     eval_max_length: int = Field(2048, gt=1)
     eval_windows: int | None = Field(None, gt=0)
     export: Literal["both", "packed", "dense", "none"] = "both"
+    # token embeddings + LM head: 16 keeps them float16 as OBR does; 8 or 4 rounds them to a grouped integer grid
+    # (in the model, so perplexity includes it, and in the packed file): most of a small model's packed bytes
+    embed_bits: Literal[4, 8, 16] = 16
+    embed_group: int = Field(64, gt=0)  # columns per scale of the embeddings / LM head
     solve_dtype: Literal["float32", "float64"] = "float32"  # Hessian accumulation and solves
 
     @field_validator("w_bits", "a_bits", "kv_bits")
@@ -191,6 +195,11 @@ def run_compress(config: CompressConfig, ctx) -> dict:
 
         rotation = rotate_model(model, adapter, config.rotation_seed)
     scales, kept = _compress_all(model, adapter, windows, config, ctx)
+    vocab_grids = None
+    if config.embed_bits < 16:
+        from toolkit.compress.packed import round_vocab_matrices
+
+        vocab_grids = round_vocab_matrices(model, adapter, config.embed_bits, config.embed_group)
     seconds = time.perf_counter() - started
     layers = get_layers(model, adapter)
     block_linears = [f"{adapter.layers[0]}.{i}.{p}" for i in range(len(layers)) for p in adapter.block_linears()]
@@ -210,7 +219,7 @@ def run_compress(config: CompressConfig, ctx) -> dict:
         ctx.metrics.update({"ppl": result["ppl"], "eval_tokens": result["tokens"],
                             "eval_simulated": "fake-quant activations/KV on CPU" if config.a_bits < 16
                             or config.kv_bits < 16 else "weights only"})
-    _export(model, tokenizer, adapter, config, ctx, scales, rotation)
+    _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids)
     return ctx.metrics
 
 
@@ -265,19 +274,21 @@ def _compress_all(model, adapter, windows, config, ctx):
     return scales, 1 - counts["kept"] / max(counts["total"], 1)
 
 
-def _export(model, tokenizer, adapter, config, ctx, scales, rotation) -> None:
+def _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids) -> None:
     from toolkit.compress.packed import fp16_size_bytes, save_packed
 
     ctx.metrics["fp16_mb"] = round(fp16_size_bytes(model) / 1e6, 3)
     if ctx.out is None or config.export == "none":
         return
     metadata = {"method": config.method, "w_bits": config.w_bits, "a_bits": config.a_bits,
-                "kv_bits": config.kv_bits, "sparsity": config.sparsity, "nm": config.nm, "rotation": rotation}
+                "kv_bits": config.kv_bits, "sparsity": config.sparsity, "nm": config.nm, "rotation": rotation,
+                "embed_bits": config.embed_bits}
     if config.export in ("both", "packed"):
         if config.w_bits >= 16:
             log.warning("packed export skipped: weights are not quantized (w_bits=16)")
         else:
-            sizes = save_packed(model, tokenizer, ctx.path("packed"), adapter, scales, config.w_bits, metadata)
+            sizes = save_packed(model, tokenizer, ctx.path("packed"), adapter, scales, config.w_bits, metadata,
+                                config.embed_bits, config.embed_group, vocab_grids)
             ctx.metrics.update(sizes)
     if config.export in ("both", "dense"):
         from toolkit.compress.rotation import fold_online_rotations
