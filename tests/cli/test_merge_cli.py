@@ -1,0 +1,130 @@
+"""`iclrkit merge ...` end to end on a tiny digits zoo, and the bad inputs the issue names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY_VAE = ["--set", "d_model=16", "--set", "heads=2", "--set", "encoder_layers=1", "--set", "decoder_layers=1",
+            "--set", "latent_dim=16", "--set", "window=4", "--set", "compression=2", "--set", "batch_size=8",
+            "--set", "lr=3e-3", "--set", "checkpoint_every=5"]
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    out = tmp_path_factory.mktemp("mz") / "zoo"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    result = CliRunner().invoke(app, ["merge", "zoo", "--set", "widths=[8,4]", "--set", "seeds=[0,1]",
+                                      "--set", "backbone_epochs=1", "--set", "finetune_epochs=2", "-o", str(out)])
+    torch.set_num_threads(threads)
+    assert result.exit_code == 0, result.output
+    return out / "models"
+
+
+@pytest.fixture(scope="module")
+def vae(zoo, tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    out = tmp_path_factory.mktemp("mv") / "vae"
+    result = CliRunner().invoke(app, ["merge", "latent", "train", "-m", str(zoo), "--target", str(zoo / "w8-s0-5to9"),
+                                      "--stage1-steps", "20", "--stage2-steps", "10", *TINY_VAE, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_zoo_and_vae_training_write_run_json(zoo, vae):
+    assert sorted(p.name for p in zoo.iterdir())[:2] == ["w4-s1-0to4", "w4-s1-0to4-ep1"]
+    record = json.loads((vae / "run.json").read_text())
+    assert record["status"] == "ok" and set(record["metrics"]["vae_recon_rel_err"]) == {"stage1", "stage2"}
+    meta = json.loads((vae / "vae.json").read_text())
+    assert meta["target"].endswith("w8-s0-5to9") and meta["stages"] == [1, 2]
+
+
+def test_latent_merge_across_widths_end_to_end(cli, zoo, vae, tmp_path):
+    out = tmp_path / "merged"
+    r = cli(["merge", "latent", "run", "--vae", str(vae), "-m", f"{zoo / 'w4-s1-0to4'},{zoo / 'w8-s0-5to9'}",
+             "--weights", "0.5,0.5", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stderr
+    record = json.loads(r.stdout)
+    assert {"acc_union", "acc_task_a", "acc_task_b"} <= set(record["metrics"])
+    from toolkit.merge.models import load_for_merge
+
+    merged = load_for_merge(str(out / "model"))
+    assert merged.arch["sizes"] == [64, 8, 8, 10]
+    assert merged.metadata["weight_space_average"] == ["layers.0.bias", "layers.1.bias", "layers.2.bias"]
+
+
+def test_weight_space_baselines_end_to_end(cli, zoo, tmp_path):
+    pair = f"{zoo / 'w8-s0-0to4'},{zoo / 'w8-s0-5to9'}"
+    base = str(zoo / "w8-s0-backbone")
+    for args in (["average", "-m", pair], ["task-arithmetic", "-m", pair, "--base", base, "--scaling", "0.5"],
+                 ["ties", "-m", pair, "--base", base, "--density", "0.5"],
+                 ["padded", "-m", f"{zoo / 'w4-s1-0to4'},{zoo / 'w8-s0-5to9'}", "--align"]):
+        out = tmp_path / args[0]
+        r = cli(["merge", *args, "-o", str(out)])
+        assert r.exit_code == 0, (args[0], r.stderr)
+        assert (out / "run.json").is_file() and (out / "model" / "model.safetensors").is_file()
+    from toolkit.merge.models import load_for_merge
+
+    avg = load_for_merge(str(tmp_path / "average" / "model")).state["layers.0.weight"]
+    one, two = (load_for_merge(str(zoo / n)).state["layers.0.weight"] for n in ("w8-s0-0to4", "w8-s0-5to9"))
+    assert torch.allclose(avg, (one + two) / 2)
+
+
+def test_vae_train_resume_skips_finished_stages(zoo, tmp_path):
+    from toolkit.core.context import RunContext
+    from toolkit.merge.latent import LatentTrainConfig, run_train
+
+    config = LatentTrainConfig(models=[str(zoo / "w8-s0-0to4"), str(zoo / "w8-s0-5to9")], stage1_steps=6,
+                               stage2_steps=0, d_model=16, heads=2, encoder_layers=1, decoder_layers=1, latent_dim=16,
+                               window=4, compression=2, batch_size=8, checkpoint_every=4)
+    first = RunContext(out=tmp_path, quiet=True)
+    run_train(config, first)
+    weights = (tmp_path / "vae.safetensors").read_bytes()
+    assert (tmp_path / "checkpoints" / "vae_train.pt").is_file()
+    (tmp_path / "vae.safetensors").unlink()
+    resumed = RunContext(out=tmp_path, quiet=True, resume=True, seed=7)
+    run_train(config, resumed)
+    assert (tmp_path / "vae.safetensors").read_bytes() == weights
+    assert resumed.metrics["vae_recon_rel_err"] == first.metrics["vae_recon_rel_err"]
+
+
+def test_bad_inputs_exit_2_with_one_line(cli, zoo, vae, tiny_gpt2_dir, tmp_path):
+    small, big = str(zoo / "w4-s1-0to4"), str(zoo / "w8-s0-5to9")
+    nan_dir = tmp_path / "nan"
+    from toolkit.merge.models import load_for_merge, save_plain
+
+    broken = load_for_merge(big)
+    broken.state["layers.0.weight"][0, 0] = float("nan")
+    save_plain(broken, nan_dir)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = {
+        "empty model list": ["merge", "average", "-m", ","],
+        "incompatible families": ["merge", "average", "-m", f"{big},{tiny_gpt2_dir}"],
+        "different sizes": ["merge", "average", "-m", f"{small},{big}"],
+        "NaN": ["merge", "average", "-m", f"{big},{nan_dir}"],
+        "not found": ["merge", "average", "-m", f"{big},{tmp_path / 'missing'}"],
+        "other shapes": ["merge", "latent", "run", "--vae", str(vae), "-m", f"{small},{big}", "--target", small],
+        "not a VAE directory": ["merge", "latent", "run", "--vae", str(empty), "-m", f"{big},{big}"],
+        "--weights expects numbers": ["merge", "average", "-m", f"{big},{big}", "--weights", "a,b"],
+        "2 merge weights": ["merge", "average", "-m", f"{big},{big},{big}", "--weights", "1,2"],
+        "density": ["merge", "ties", "-m", f"{big},{big}", "--base", big, "--density", "1.5"],
+    }
+    for expected, args in cases.items():
+        out = tmp_path / ("out-" + str(abs(hash(expected))))
+        r = cli([*args, "-o", str(out)])
+        assert r.exit_code == 2, (expected, r.exit_code, r.stderr)
+        assert expected.lower() in r.stderr.lower(), (expected, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()

@@ -1,0 +1,66 @@
+"""What every merge command shares: loading the parents, saving the merge, scoring digits models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from toolkit.core.errors import require
+from toolkit.merge.models import (
+    PlainModel,
+    check_same_family,
+    evaluate,
+    like,
+    load_for_merge,
+    parse_model_list,
+    save_merged,
+)
+
+
+def load_parents(models: list[str], device: str) -> list[PlainModel]:
+    parents = [load_for_merge(spec, device) for spec in parse_model_list(models)]
+    check_same_family(parents)
+    return parents
+
+
+def pick_target(parents: list[PlainModel], target: str | None, device: str) -> PlainModel:
+    """The layout to merge into: --target (a parent or any model of the family), else the largest parent."""
+    if target is None:
+        return max(parents, key=lambda m: sum(t.numel() for t in m.state.values()))
+    for parent in parents:
+        if _same_model(parent.source, target):
+            return parent
+    model = load_for_merge(target, device)
+    check_same_family([parents[0], model])
+    return model
+
+
+def _same_model(source: str, spec: str) -> bool:
+    if Path(spec).exists() and Path(source).exists():
+        return Path(source).resolve() == Path(spec).resolve()
+    return source == spec
+
+
+def task_classes(parents: list[PlainModel]) -> tuple[list[int] | None, list[int] | None]:
+    classes = [(p.task or {}).get("classes") for p in parents[:2]]
+    return classes[0], classes[1]
+
+
+def finish(ctx, parents: list[PlainModel], template: PlainModel, state: dict[str, torch.Tensor], technique: str,
+           paper: str, metadata: dict) -> PlainModel:
+    """Check, save and score the merge; parents' own scores go to baselines for the summary table."""
+    for name, tensor in state.items():
+        require(not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()),
+                f"the merge produced NaN/Inf in '{name}'")
+    merged = like(template, state)
+    save_merged(merged, ctx.path("model"), technique, [p.source for p in parents], paper,
+                command="", metadata=metadata)
+    task_a, task_b = task_classes(parents)
+    ctx.metrics.update(evaluate(merged, task_a, task_b))
+    for index, parent in enumerate(parents):
+        scores = evaluate(parent, task_a, task_b)
+        if scores:
+            ctx.baselines[f"parent{index}"] = scores
+    ctx.metrics["n_models"] = len(parents)
+    return merged

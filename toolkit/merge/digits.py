@@ -1,0 +1,160 @@
+"""The merge zoo: small MLPs on scikit-learn's bundled digits, trained in seconds on CPU.
+
+Each zoo model is a backbone trained on all ten classes, then fine-tuned on a sub-task (a subset of classes); snapshots
+along the fine-tuning trajectory give the weight VAE a dense set of checkpoints to learn from.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from toolkit.core.config import BaseConfig
+from toolkit.merge.models import PlainModel, save_plain
+
+DIGITS = "sklearn-digits"
+
+
+class DigitsMLP(nn.Module):
+    """ReLU MLP: sizes [64, h1, ..., 10]; parameters named layers.<i>.weight / layers.<i>.bias."""
+
+    def __init__(self, sizes: list[int]):
+        super().__init__()
+        self.sizes = list(sizes)
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers[:-1]:
+            x = torch.relu(layer(x))
+        return self.layers[-1](x)
+
+
+def mlp_from_state(sizes: list[int], state: dict[str, torch.Tensor]) -> DigitsMLP:
+    net = DigitsMLP(sizes)
+    net.load_state_dict(state)
+    return net.eval()
+
+
+@lru_cache(maxsize=1)
+def digits_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x_train, y_train, x_test, y_test): pixels / 16, a stratified 70/30 split with a fixed seed."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x_tr, x_te, y_tr, y_te = train_test_split(digits.data / 16.0, digits.target, test_size=0.3,
+                                              stratify=digits.target, random_state=0)
+    as_x = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    as_y = lambda a: torch.tensor(a, dtype=torch.long)  # noqa: E731
+    return as_x(x_tr), as_y(y_tr), as_x(x_te), as_y(y_te)
+
+
+def accuracy_on(net: nn.Module, classes: list[int] | None = None) -> float:
+    """10-way test accuracy (percent) on the test samples whose label is in `classes` (all when None)."""
+    _, _, x, y = digits_split()
+    if classes is not None:
+        keep = torch.isin(y, torch.tensor(classes))
+        x, y = x[keep], y[keep]
+    with torch.no_grad():
+        return 100.0 * (net(x).argmax(-1) == y).float().mean().item()
+
+
+def train(net: nn.Module, classes: list[int] | None, epochs: int, lr: float, seed: int, batch_size: int = 64,
+          on_epoch=None) -> nn.Module:
+    """Adam on the training samples of `classes` (all when None); `on_epoch(epoch, net)` after each epoch."""
+    x, y, _, _ = digits_split()
+    if classes is not None:
+        keep = torch.isin(y, torch.tensor(classes))
+        x, y = x[keep], y[keep]
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    net.train()
+    for epoch in range(epochs):
+        order = torch.randperm(len(x), generator=generator)
+        for start in range(0, len(x), batch_size):
+            idx = order[start:start + batch_size]
+            loss = nn.functional.cross_entropy(net(x[idx]), y[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if on_epoch is not None:
+            on_epoch(epoch, net)
+    return net.eval()
+
+
+@dataclass(frozen=True)
+class ZooMember:
+    """One family of the zoo: a backbone of width `width` from init `seed`, fine-tuned on each sub-task."""
+
+    width: int
+    seed: int
+
+
+def build_zoo(out: Path, members: list[ZooMember], tasks: dict[str, list[int]], depth: int = 2,
+              backbone_epochs: int = 3, finetune_epochs: int = 6, lr: float = 1e-3, progress=None) -> list[dict]:
+    """Train and save every backbone, fine-tune and snapshot; returns one record per saved model."""
+    records = []
+    for member in (progress or (lambda it, **_: it))(members, description="digits zoo"):
+        torch.manual_seed(member.seed)
+        sizes = [64] + [member.width] * depth + [10]
+        backbone = train(DigitsMLP(sizes), None, backbone_epochs, lr, seed=member.seed)
+        stem = f"w{member.width}-s{member.seed}"
+        records.append(_save(out / f"{stem}-backbone", backbone, sizes, list(range(10)), role="backbone"))
+        for task_name, classes in tasks.items():
+            fine = DigitsMLP(sizes)
+            fine.load_state_dict(backbone.state_dict())
+
+            def snapshot(epoch, net, task_name=task_name, classes=classes):
+                if epoch + 1 < finetune_epochs:
+                    records.append(_save(out / f"{stem}-{task_name}-ep{epoch + 1}", net.eval(), sizes, classes,
+                                         role="snapshot"))
+                    net.train()
+
+            train(fine, classes, finetune_epochs, lr, seed=member.seed + 1000, on_epoch=snapshot)
+            records.append(_save(out / f"{stem}-{task_name}", fine, sizes, classes, role="final"))
+    return records
+
+
+def _save(path: Path, net: DigitsMLP, sizes: list[int], classes: list[int], role: str) -> dict:
+    model = PlainModel(family="digits-mlp", arch={"sizes": sizes}, state={k: v.detach().clone()
+                                                                          for k, v in net.state_dict().items()},
+                       task={"dataset": DIGITS, "classes": classes})
+    save_plain(model, path, metadata={"role": role})
+    return {"name": path.name, "width": sizes[1], "classes": classes, "role": role,
+            "acc_task": accuracy_on(net, classes), "acc_union": accuracy_on(net)}
+
+
+class DigitsZooConfig(BaseConfig):
+    """The merge zoo: digits MLPs of several widths and inits, each fine-tuned on every sub-task."""
+
+    widths: list[int] = Field([64, 64, 32], description="Hidden width of each backbone (one entry per member).")
+    seeds: list[int] = Field([0, 1, 2], description="Init seed of each backbone (same length as widths).")
+    depth: int = Field(2, ge=1, description="Hidden layers per MLP.")
+    tasks: dict[str, list[int]] = Field({"0to4": [0, 1, 2, 3, 4], "5to9": [5, 6, 7, 8, 9]},
+                                        description="Sub-task name -> digit classes it is fine-tuned on.")
+    backbone_epochs: int = Field(3, ge=1, description="Epochs on all ten classes for each backbone.")
+    finetune_epochs: int = Field(6, ge=1, description="Fine-tuning epochs per sub-task (a snapshot after each).")
+    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+
+
+def run_zoo(config: DigitsZooConfig, ctx) -> None:
+    from toolkit.core.errors import require
+
+    require(len(config.widths) == len(config.seeds), "widths and seeds need one entry per zoo member")
+    require(all(0 <= c <= 9 for classes in config.tasks.values() for c in classes) and config.tasks,
+            "tasks must map names to digit classes 0-9")
+    torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU (measured 50x slower)
+    members = [ZooMember(w, s) for w, s in zip(config.widths, config.seeds)]
+    records = build_zoo(ctx.path("models"), members, config.tasks, config.depth, config.backbone_epochs,
+                        config.finetune_epochs, config.lr, progress=ctx.progress)
+    ctx.path("zoo.json").write_text(json.dumps(records, indent=2))
+    ctx.metrics["n_models"] = len(records)
+    finals = [r for r in records if r["role"] != "snapshot"]
+    ctx.metrics["models"] = {r["name"]: {"acc_task": r["acc_task"], "acc_union": r["acc_union"]}
+                             for r in finals}

@@ -1,0 +1,320 @@
+"""LS-Merge: merging models in the latent space of a weight VAE (`iclrkit merge latent train | run`).
+
+Paper: "LS-Merge: Merging Language Models in Latent Space", ICLR 2026, https://openreview.net/forum?id=VSDV0SWwOC
+(project page ls-merge.github.io). Official code (VAE training only): https://github.com/sorobedio/ls-merge.
+Pipeline: project every model into one layout (projection.py) -> layer-aware chunks (chunking.py) -> encode with
+the two-stage weight VAE (vae.py) -> interpolate the posterior means -> decode -> reassemble the state dict.
+Tensors the paper keeps out of the VAE (names containing bias / norm / ln) are averaged in weight space; the merged
+model's metadata says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.errors import BadInputError, RunError, require
+from toolkit.merge import chunking
+from toolkit.merge.baselines import average, normalise_weights
+from toolkit.merge.common import finish, load_parents, pick_target
+from toolkit.merge.models import PlainModel, evaluate, load_for_merge, parse_model_list
+from toolkit.merge.projection import project
+from toolkit.merge.vae import LossWeights, VAEShape, WeightVAE, learning_rate, stage_loss, stage_parameters
+
+PAPER = "https://openreview.net/forum?id=VSDV0SWwOC"
+VAE_WEIGHTS, VAE_META, CKPT = "vae.safetensors", "vae.json", "vae_train.pt"
+
+
+class LatentTrainConfig(BaseConfig):
+    """Train the weight VAE on a zoo of checkpoints (defaults: the official config, sorobedio/ls-merge)."""
+
+    models: list[str] = Field(default_factory=list, description="Zoo checkpoints (dirs; a folder of models expands).")
+    holdout: list[str] = Field(default_factory=list, description="Checkpoints only scored for reconstruction.")
+    target: str | None = Field(None, description="Layout every model is projected into (needed if sizes differ).")
+    align: bool = Field(True, description="Match hidden units to the target before encoding (MLPs).")
+    exclude: list[str] = Field(["bias", "norm", "ln"], description="Name fragments kept out of the VAE (official).")
+    chunk: int = Field(64, ge=8, description="Weights per token (official 640; 64 fits small MLP rows).")
+    window: int = Field(16, ge=2, description="Tokens per VAE sequence (official 16).")
+    d_model: int = Field(128, ge=16, description="Transformer width (official 768).")
+    heads: int = Field(4, ge=1, description="Attention heads (official 4).")
+    encoder_layers: int = Field(2, ge=1, description="Encoder blocks (official 4).")
+    decoder_layers: int = Field(2, ge=1, description="Decoder blocks (official 4).")
+    latent_dim: int = Field(64, ge=2, description="Latent size per token (stage 1 keeps one latent per token).")
+    compression: int = Field(4, ge=1, description="Stage 2: window tokens per compact latent token (r).")
+    max_layers: int = Field(64, ge=1, description="Size of the layer-embedding table.")
+    stage1_steps: int = Field(2000, ge=1, description="Stage-1 optimiser steps.")
+    stage2_steps: int = Field(1000, ge=0, description="Stage-2 (compact code) optimiser steps; 0 skips stage 2.")
+    batch_size: int = Field(128, ge=1, description="Windows per step (official 128).")
+    lr: float = Field(1e-4, gt=0, description="AdamW peak learning rate (official 1e-4).")
+    warmup_steps: int = Field(500, ge=0, description="Linear warm-up steps (official 500; capped at a quarter of a "
+                              "stage), then cosine to 0.")
+    gradient_clip: float = Field(5.0, gt=0, description="Gradient-norm clip (official 5.0).")
+    recon_weight: float = Field(1000.0, ge=0, description="Huber(δ=1) weight (official 1000).")
+    mmd_weight: float = Field(10.0, ge=0, description="MMD weight (official 0.1·100).")
+    kl_weight: float = Field(1e-4, ge=0, description="KL weight (official 1e-4).")
+    distill_weight: float = Field(100.0, ge=0, description="Stage 2: L2 to the stage-1 latents.")
+    checkpoint_every: int = Field(200, ge=1, description="Steps between --resume checkpoints.")
+
+
+class LatentMergeConfig(BaseConfig):
+    """Merge models by interpolating their VAE codes."""
+
+    models: list[str] = Field(default_factory=list, description="Models to merge.")
+    vae: str = Field(..., description="Directory written by `iclrkit merge latent train`.")
+    weights: list[float] | None = Field(None, description="Interpolation weight per model (λ); default uniform.")
+    interpolation: Literal["linear", "slerp"] = Field("linear", description="slerp needs exactly two models.")
+    code: Literal["compact", "full"] = Field("compact", description="Stage-2 compact code or the stage-1 code.")
+    target: str | None = Field(None, description="Layout to decode into (default: the VAE's training target, "
+                                                 "else the largest parent).")
+    align: bool | None = Field(None, description="Match units to the target first (default: as in training).")
+
+
+# ------------------------------------------------------------------ data
+def laid_out(model: PlainModel, target: PlainModel | None, align: bool) -> dict[str, torch.Tensor]:
+    """The model in the target's layout (its own when no target, or when it is the target)."""
+    if target is None or model is target:
+        return model.state
+    same = all(model.state[n].shape == t.shape for n, t in target.state.items())
+    if same and not align:
+        return model.state
+    return project(model.state, target.state, align=align)
+
+
+def batch_of(chunked: chunking.Chunked, window: int) -> dict[str, torch.Tensor]:
+    return chunking.windows(chunked, window)
+
+
+def concat(batches: list[dict]) -> dict[str, torch.Tensor]:
+    return {k: torch.cat([b[k] for b in batches]) for k in batches[0]}
+
+
+def select(data: dict, index: torch.Tensor, device: str) -> dict[str, torch.Tensor]:
+    return {k: v[index].to(device) for k, v in data.items()}
+
+
+# ------------------------------------------------------------------ VAE files
+def save_vae(model: WeightVAE, out: Path, meta: dict) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / VAE_WEIGHTS))
+    (out / VAE_META).write_text(json.dumps(meta, indent=2))
+
+
+def load_vae(path: str, device: str) -> tuple[WeightVAE, dict]:
+    from safetensors.torch import load_file
+
+    root = Path(path)
+    require((root / VAE_META).is_file() and (root / VAE_WEIGHTS).is_file(),
+            f"{path} is not a VAE directory (expected {VAE_META} and {VAE_WEIGHTS})",
+            hint="train one with `iclrkit merge latent train`")
+    try:
+        meta = json.loads((root / VAE_META).read_text())
+        model = WeightVAE(VAEShape(**meta["shape"]))
+        model.load_state_dict(load_file(str(root / VAE_WEIGHTS)))
+    except (json.JSONDecodeError, KeyError, TypeError, RuntimeError) as exc:
+        raise BadInputError(f"{path}: unreadable VAE ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") from None
+    return model.to(device).eval(), meta
+
+
+def check_layout(chunked: chunking.Chunked, meta: dict, source: str) -> None:
+    signature = chunked.signature()
+    if signature not in meta["signatures"]:
+        shapes = ", ".join(f"{n}{tuple(s)}" for n, s in signature[:3])
+        raise BadInputError(f"the VAE was trained for other shapes than {source} ({shapes}, ...)",
+                            hint="train a VAE on models of this layout, or pass --target to project into one")
+
+
+# ------------------------------------------------------------------ train
+def run_train(config: LatentTrainConfig, ctx) -> None:
+    torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU (measured 50x slower)
+    parents = load_parents(config.models, ctx.device)
+    held = [load_for_merge(spec, ctx.device) for spec in parse_model_list(config.holdout)] if config.holdout else []
+    target = pick_target(parents, config.target, ctx.device) if config.target else None
+    sizes = {tuple(tuple(t.shape) for t in p.state.values()) for p in parents}
+    require(target is not None or len(sizes) == 1, "the models differ in size: pass --target to choose the layout "
+            "every model is projected into")
+    encoded = [chunking.chunk_state(laid_out(p, target, config.align), config.chunk, config.exclude) for p in parents]
+    held_encoded = [chunking.chunk_state(laid_out(p, target, config.align), config.chunk, config.exclude) for p in held]
+    top_layer = max(int(c.layer_ids.max()) for c in encoded)
+    require(top_layer < config.max_layers, f"models have {top_layer + 1} layers > max_layers={config.max_layers}")
+    shape = VAEShape(chunk=config.chunk, window=config.window, d_model=config.d_model, heads=config.heads,
+                     encoder_layers=config.encoder_layers, decoder_layers=config.decoder_layers,
+                     latent_dim=config.latent_dim, compression=config.compression, max_layers=config.max_layers)
+    try:
+        model = WeightVAE(shape).to(ctx.device)
+    except ValueError as exc:
+        raise BadInputError(str(exc)) from None
+    data = concat([batch_of(c, config.window) for c in encoded])
+    weights = LossWeights(config.recon_weight, config.mmd_weight, config.kl_weight, config.distill_weight)
+    state = _resume_state(ctx)
+    if state:
+        model.load_state_dict(state["model"])
+    recon = dict(state["recon"]) if state else {}
+    stages = [(stage, steps) for stage, steps in ((1, config.stage1_steps), (2, config.stage2_steps)) if steps]
+    for stage, steps in stages:
+        if state and state["stage"] > stage:
+            continue
+        _train_stage(model, data, stage, steps, config, weights, ctx, state if state and state["stage"] == stage
+                     else None, recon)
+        recon[f"stage{stage}"] = reconstruction_report(model, parents, encoded, stage, ctx.device)
+        if held:
+            recon[f"stage{stage}_holdout"] = reconstruction_report(model, held, held_encoded, stage, ctx.device)
+        _checkpoint(ctx, stage + 1, 0, model, None, recon)
+    ctx.metrics["vae_recon_rel_err"] = {k: v["rel_err"] for k, v in recon.items()}
+    ctx.metrics["reconstruction"] = recon
+    ctx.metrics["n_models"], ctx.metrics["n_windows"] = len(parents), int(data["x"].shape[0])
+    meta = {"shape": shape.as_dict(), "exclude": config.exclude, "signatures": _unique([c.signature() for c in encoded]),
+            "target": target.source if target else None, "align": config.align, "family": parents[0].family,
+            "stages": [stage for stage, _ in stages], "recon": ctx.metrics["vae_recon_rel_err"], "paper": PAPER}
+    save_vae(model.cpu(), ctx.out, meta)
+    ctx.path(VAE_WEIGHTS), ctx.path(VAE_META)
+
+
+def _unique(signatures: list[list]) -> list[list]:
+    seen, out = set(), []
+    for signature in signatures:
+        key = json.dumps(signature)
+        if key not in seen:
+            seen.add(key)
+            out.append(signature)
+    return out
+
+
+def _resume_state(ctx) -> dict | None:
+    path = ctx.checkpoint_dir / CKPT
+    if ctx.resume and path.is_file():
+        return torch.load(path, weights_only=True)
+    return None
+
+
+def _checkpoint(ctx, stage: int, step: int, model: WeightVAE, optimizer, recon: dict) -> None:
+    """Where to continue: (stage, step); a finished stage is saved as (stage + 1, 0) with no optimiser state."""
+    torch.save({"stage": stage, "step": step, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict() if optimizer is not None else None, "recon": recon},
+               ctx.checkpoint_dir / CKPT)
+
+
+def _train_stage(model: WeightVAE, data: dict, stage: int, steps: int, config: LatentTrainConfig,
+                 weights: LossWeights, ctx, state: dict | None, recon: dict) -> None:
+    params = stage_parameters(model, stage)
+    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    start = 0
+    if state and state["optimizer"] is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        start = int(state["step"])
+    generator = torch.Generator().manual_seed(ctx.seed * 1000 + stage + start)
+    n = data["x"].shape[0]
+    warmup = min(config.warmup_steps, max(1, steps // 4))
+    model.train()
+    for step in ctx.progress(range(start, steps), total=steps - start, description=f"VAE stage {stage}"):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, steps, config.lr, warmup)
+        batch = select(data, torch.randint(0, n, (min(config.batch_size, n),), generator=generator), ctx.device)
+        loss, _ = stage_loss(model, batch, stage, weights)
+        if not math.isfinite(loss.item()):
+            raise RunError(f"VAE stage {stage} loss became non-finite at step {step}", hint="lower --set lr=...")
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, config.gradient_clip)
+        optimizer.step()
+        if (step + 1) % config.checkpoint_every == 0 and step + 1 < steps:
+            _checkpoint(ctx, stage, step + 1, model, optimizer, recon)
+    model.eval()
+
+
+# ------------------------------------------------------------------ encode / decode
+@torch.no_grad()
+def encode(model: WeightVAE, chunked: chunking.Chunked, stage: int, device: str) -> torch.Tensor:
+    batch = {k: v.to(device) for k, v in batch_of(chunked, model.shape.window).items()}
+    return model.encode(batch, stage)
+
+
+@torch.no_grad()
+def decode(model: WeightVAE, code: torch.Tensor, like_chunked: chunking.Chunked, means: torch.Tensor,
+           stds: torch.Tensor, stage: int, device: str) -> dict[str, torch.Tensor]:
+    batch = {k: v.to(device) for k, v in batch_of(like_chunked, model.shape.window).items()}
+    tokens = chunking.from_windows(model.decode_code(code.to(device), batch, stage), like_chunked.tokens.shape[0])
+    return chunking.unchunk(tokens.cpu(), like_chunked.slots, means, stds)
+
+
+def reconstruction_report(model: WeightVAE, parents: list[PlainModel], encoded: list[chunking.Chunked], stage: int,
+                          device: str) -> dict:
+    """Relative L2 error of decode(encode(θ)) over the encoded tensors (pooled), and digits accuracy drop."""
+    model.eval()
+    err_sq = ref_sq = 0.0
+    drops = []
+    for parent, chunked in zip(parents, encoded):
+        decoded = decode(model, encode(model, chunked, stage, device), chunked, chunked.means, chunked.stds, stage,
+                         device)
+        original = chunking.unchunk(chunked.tokens, chunked.slots, chunked.means, chunked.stds)
+        for name, tensor in original.items():
+            err_sq += float((decoded[name].double() - tensor.double()).pow(2).sum())
+            ref_sq += float(tensor.double().pow(2).sum())
+        if parent.family == "digits-mlp" and all(parent.state[n].shape == t.shape for n, t in original.items()):
+            rebuilt = PlainModel(parent.family, parent.arch, {**parent.state, **decoded})
+            drops.append(evaluate(parent, None, None)["acc_union"] - evaluate(rebuilt, None, None)["acc_union"])
+    report = {"rel_err": math.sqrt(err_sq / max(ref_sq, 1e-30))}
+    if drops:
+        report["mean_acc_drop"] = sum(drops) / len(drops)
+    return report
+
+
+def slerp(a: torch.Tensor, b: torch.Tensor, t: float) -> torch.Tensor:
+    """Spherical interpolation per window (flattened), falling back to linear for nearly parallel codes."""
+    fa, fb = a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1)
+    cos = (nn_normalize(fa) * nn_normalize(fb)).sum(-1).clamp(-1.0, 1.0)
+    omega = torch.arccos(cos)
+    sin = torch.sin(omega)
+    linear = sin.abs() < 1e-6
+    wa = torch.where(linear, 1 - t, torch.sin((1 - t) * omega) / torch.where(linear, 1.0, sin))
+    wb = torch.where(linear, torch.full_like(sin, t), torch.sin(t * omega) / torch.where(linear, 1.0, sin))
+    return (wa.unsqueeze(1) * fa + wb.unsqueeze(1) * fb).view_as(a)
+
+
+def nn_normalize(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+
+
+def interpolate(codes: list[torch.Tensor], weights: list[float], how: str) -> torch.Tensor:
+    if how == "slerp":
+        require(len(codes) == 2, "slerp interpolation merges exactly two models")
+        return slerp(codes[0], codes[1], weights[1])
+    return sum(w * c for w, c in zip(weights, codes))
+
+
+# ------------------------------------------------------------------ merge
+def run_merge(config: LatentMergeConfig, ctx) -> None:
+    torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU (measured 50x slower)
+    model, meta = load_vae(config.vae, ctx.device)
+    parents = load_parents(config.models, ctx.device)
+    require(parents[0].family == meta["family"],
+            f"the VAE was trained on {meta['family']} models, not {parents[0].family}")
+    weights = normalise_weights(config.weights, len(parents))
+    target_spec = config.target or meta.get("target")
+    target = pick_target(parents, target_spec, ctx.device) if target_spec else pick_target(parents, None, ctx.device)
+    align = meta["align"] if config.align is None else config.align
+    stage = 2 if config.code == "compact" else 1
+    if stage not in meta["stages"]:
+        raise BadInputError(f"the VAE has no stage-{stage} code", hint="use --set code=full")
+    states = [laid_out(p, target, align) for p in parents]
+    encoded = [chunking.chunk_state(s, meta["shape"]["chunk"], meta["exclude"]) for s in states]
+    for parent, chunked in zip(parents, encoded):
+        check_layout(chunked, meta, parent.source)
+    codes = [encode(model, c, stage, ctx.device) for c in encoded]
+    code = interpolate(codes, weights, config.interpolation)
+    means = sum(w * c.means for w, c in zip(weights, encoded))
+    stds = sum(w * c.stds for w, c in zip(weights, encoded))
+    decoded = decode(model, code, encoded[0], means, stds, stage, ctx.device)
+    outside = average([{n: s[n] for n in s if n not in decoded} for s in states], weights) \
+        if len(decoded) < len(states[0]) else {}
+    state = {n: decoded[n] if n in decoded else outside[n] for n in states[0]}
+    finish(ctx, parents, target, state, "merge.latent", PAPER,
+           {"vae": str(config.vae), "weights": weights, "interpolation": config.interpolation, "code": config.code,
+            "align": align, "target": target.source, "weight_space_average": sorted(outside)})
+    ctx.metrics["code_size_per_model"] = int(codes[0].numel())
