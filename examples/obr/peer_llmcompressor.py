@@ -1,0 +1,70 @@
+"""Peer rows of `make repro-obr`: llm-compressor's SparseGPT 50% → GPTQ W4 and its GPTQ W4 (per-channel, symmetric,
+1% damping, block 128, lm_head and embeddings untouched) on the very calibration windows our runs use, scored with
+our perplexity protocol (toolkit.eval.perplexity on the same token ids).
+
+llm-compressor pins transformers 5.17, so it runs in its own virtual environment (.venv-bench, made by repro.sh);
+the token ids come from the project's environment through a torch file.
+Usage: peer_llmcompressor.py MODEL_DIR TOKENS.pt sparsegpt+gptq|gptq OUT_DIR   (writes OUT_DIR/run.json)
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from toolkit.eval.perplexity import perplexity  # noqa: E402
+
+PER_CHANNEL_W4 = {"group_0": {"targets": ["Linear"],
+                              "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "channel"}}}
+
+
+def recipe(name: str) -> list:
+    from llmcompressor.modifiers.pruning import SparseGPTModifier
+    from llmcompressor.modifiers.quantization import GPTQModifier
+
+    gptq = GPTQModifier(config_groups=PER_CHANNEL_W4, ignore=["lm_head"], dampening_frac=0.01, block_size=128)
+    if name == "gptq":
+        return [gptq]
+    return [SparseGPTModifier(sparsity=0.5, mask_structure="0:0", targets=["Linear"], ignore=["re:.*lm_head"],
+                              dampening_frac=0.01, block_size=128), gptq]
+
+
+def linear_sparsity(model) -> float:
+    zeros = total = 0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head"):
+            zeros += int((module.weight == 0).sum())
+            total += module.weight.numel()
+    return zeros / max(total, 1)
+
+
+def main(model_dir: str, tokens_path: str, name: str, out: Path) -> None:
+    from datasets import Dataset
+    from llmcompressor import oneshot
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    tokens = torch.load(tokens_path)
+    windows = tokens["calibration"]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    data = Dataset.from_dict({"input_ids": windows.tolist(), "attention_mask": torch.ones_like(windows).tolist()})
+    started = time.perf_counter()
+    # the tokenizer is only required by oneshot's argument checks: the windows are already token ids
+    oneshot(model=model, processor=AutoTokenizer.from_pretrained(model_dir), dataset=data, recipe=recipe(name),
+            num_calibration_samples=windows.shape[0],
+            max_seq_length=windows.shape[1], shuffle_calibration_samples=False)
+    seconds = time.perf_counter() - started
+    result = perplexity(model, tokens["eval_ids"], max_length=tokens["max_length"], max_windows=tokens["windows"])
+    import llmcompressor
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run.json").write_text(json.dumps({"technique": f"llmcompressor-{name}", "metrics": {
+        "ppl": result["ppl"], "compress_seconds": round(seconds, 3), "sparsity": round(linear_sparsity(model), 4),
+        "llmcompressor_version": llmcompressor.__version__}}, indent=2))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]))
