@@ -1,0 +1,149 @@
+"""Baselines PRISM is compared against: gradient ascent, NPO with a retain loss (MUSE `npo_gdr`), and RMU.
+
+GA: Jang et al. 2023. NPO: Zhang et al. 2024, https://arxiv.org/abs/2404.05868 (MUSE code swj0419/muse_bench).
+RMU: Li et al. 2024 (WMDP), https://arxiv.org/abs/2403.03218, code centerforaisafety/wmdp.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import torch
+from pydantic import Field
+
+from toolkit.core.errors import BadInputError
+from toolkit.models.adapters import adapter_for, get_layers
+from toolkit.models.source import load_model
+from toolkit.unlearn.data import collate
+from toolkit.unlearn.losses import mean_nll, npo_loss, rmu_loss, sequence_logprob
+from toolkit.unlearn.prism import finish
+from toolkit.unlearn.train import (StepInputs, UnlearnConfig, hidden_states, limit_threads, load_corpus,
+                                   sequence_logprobs, train)
+
+
+class GaConfig(UnlearnConfig):
+    """Gradient ascent on the forget NLL, optionally with a retain NLL (GDR) term."""
+
+    retain_coeff: float = Field(0.0, ge=0, description="Weight of the retain NLL (0 = plain GA).")
+
+
+class NpoConfig(UnlearnConfig):
+    """NPO + retain NLL, as MUSE's `npo_gdr` and PRISM's NPO baseline."""
+
+    beta: float = Field(0.1, gt=0, description="NPO inverse temperature β.")
+    retain_coeff: float = Field(1.0, ge=0, description="Weight of the retain NLL.")
+    npo_coeff: float = Field(1.0, ge=0, description="Weight of the NPO loss.")
+
+
+class RmuConfig(UnlearnConfig):
+    """RMU: steer layer-ℓ forget activations to a fixed random direction, keep retain activations, train the MLPs
+    of blocks ℓ-2..ℓ. Defaults from centerforaisafety/wmdp (lr 5e-5, steering 6.5, alpha 1200, layer 7 of 32)."""
+
+    lr: float = Field(5e-5, gt=0, description="AdamW learning rate.")
+    epochs: int = Field(1, ge=1, description="Passes over the forget windows.")
+    layer: Optional[int] = Field(None, ge=1, description="Hidden-state index ℓ (default: 7/32 of the depth).")
+    steering_coeff: float = Field(6.5, gt=0, description="Norm scale c of the random control vector.")
+    alpha: float = Field(1200.0, ge=0, description="Weight of the retain activation-matching term.")
+
+
+def _run(config, ctx, technique: str, need_retain: bool, build) -> None:
+    limit_threads(ctx)
+    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
+    corpus = load_corpus(config, tokenizer, need_retain=need_retain)
+    clock = time.perf_counter()
+    objective, params, extra = build(model, corpus)
+    result = train(config, ctx, model, corpus, objective, params, technique.split(".")[-1])
+    finish(ctx, config, tokenizer, result, technique,
+           {**extra, "forget_windows": len(corpus.forget), "retain_windows": len(corpus.retain),
+            "seconds": time.perf_counter() - clock})
+
+
+def ga_objective(config: GaConfig):
+    def step(s: StepInputs) -> dict:
+        forget = mean_nll(s.model(**s.forget).logits, s.forget["input_ids"], s.forget["attention_mask"])
+        loss, logs = -forget, {"forget_nll": forget.item()}
+        if config.retain_coeff > 0:
+            retain = mean_nll(s.model(**s.retain).logits, s.retain["input_ids"], s.retain["attention_mask"])
+            loss = loss + config.retain_coeff * retain
+            logs["retain_nll"] = retain.item()
+        s.backward(loss)
+        return logs
+    return step
+
+
+def run_ga(config: GaConfig, ctx) -> None:
+    def build(model, corpus):
+        return ga_objective(config), [p for p in model.parameters() if p.requires_grad], {}
+    _run(config, ctx, "unlearn.ga", config.retain_coeff > 0, build)
+
+
+def npo_objective(config: NpoConfig, ref_logp: torch.Tensor):
+    def step(s: StepInputs) -> dict:
+        logits = s.model(**s.forget).logits
+        ref = ref_logp[s.forget_index].to(logits.device)
+        npo = npo_loss(sequence_logprob(logits, s.forget["input_ids"], s.forget["attention_mask"]), ref, config.beta)
+        retain = mean_nll(s.model(**s.retain).logits, s.retain["input_ids"], s.retain["attention_mask"])
+        s.backward(config.npo_coeff * npo + config.retain_coeff * retain)
+        return {"npo": npo.item(), "retain_nll": retain.item()}
+    return step
+
+
+def run_npo(config: NpoConfig, ctx) -> None:
+    def build(model, corpus):
+        ref = sequence_logprobs(model, corpus, corpus.forget, ctx.device)
+        return npo_objective(config, ref), [p for p in model.parameters() if p.requires_grad], {}
+    _run(config, ctx, "unlearn.npo", True, build)
+
+
+def rmu_layer(config: RmuConfig, model) -> int:
+    layers = model.config.num_hidden_layers
+    layer = config.layer if config.layer is not None else max(1, round(7 * layers / 32))
+    if layer > layers:
+        raise BadInputError(f"RMU layer {layer} > {layers} layers")
+    return layer
+
+
+def control_vector(width: int, coeff: float, seed: int) -> torch.Tensor:
+    """c·u with u uniform in [0,1)^d normalised to unit length (the WMDP recipe)."""
+    u = torch.rand(width, generator=torch.Generator().manual_seed(seed))
+    return coeff * u / u.norm()
+
+
+@torch.no_grad()
+def frozen_retain_states(model, corpus, layer: int, device) -> list[torch.Tensor]:
+    """Layer-ℓ states of every retain window under the original model (a cache instead of a frozen copy)."""
+    return [hidden_states(model, {k: v.to(device) for k, v in collate([c], corpus.pad).items()}, layer)[1][0].cpu()
+            for c in corpus.retain]
+
+
+def rmu_objective(config: RmuConfig, layer: int, control: torch.Tensor, frozen: list[torch.Tensor]):
+    def step(s: StepInputs) -> dict:
+        _, h_forget = hidden_states(s.model, s.forget, layer)
+        _, h_retain = hidden_states(s.model, s.retain, layer)
+        target = torch.zeros_like(h_retain)
+        for row, index in enumerate(s.retain_index):
+            target[row, :frozen[index].shape[0]] = frozen[index].to(target.device)
+        loss = rmu_loss(h_forget, control.to(h_forget.device), h_retain, target, config.alpha,
+                        s.forget["attention_mask"].float(), s.retain["attention_mask"].float())
+        s.backward(loss)
+        return {"rmu_loss": loss.item()}
+    return step
+
+
+def run_rmu(config: RmuConfig, ctx) -> None:
+    def build(model, corpus):
+        layer = rmu_layer(config, model)
+        adapter = adapter_for(model)
+        blocks = get_layers(model, adapter)
+        model.requires_grad_(False)
+        params = []
+        for index in range(max(0, layer - 3), layer):  # hidden state ℓ is the output of block ℓ-1
+            module = blocks[index].get_submodule(adapter.mlp_down)
+            module.requires_grad_(True)
+            params += list(module.parameters())
+        frozen = frozen_retain_states(model, corpus, layer, ctx.device)
+        control = control_vector(model.config.hidden_size, config.steering_coeff, ctx.seed)
+        return (rmu_objective(config, layer, control, frozen), params,
+                {"rmu_layer": layer, "trained_tensors": len(params)})
+    _run(config, ctx, "unlearn.rmu", True, build)
