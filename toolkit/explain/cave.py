@@ -1,0 +1,382 @@
+"""CAVE: Concept-Aware Volumes for Explanations (Pham, Jesslen, Schiele, Kortylewski, Fischer).
+
+Paper: https://arxiv.org/abs/2503.13429 (OpenReview VSPLa2Sito); official code https://github.com/phamleyennhi/CAVE
+(CUDA + pytorch3d, built on https://github.com/GenIntel/NOVUM). This is an independent CPU implementation:
+
+1. a CNN backbone gives unit-norm feature maps F(x) (stride 4 here; ResNet-50, stride 8 in the paper);
+2. every class owns a neural object volume (NOV): vertices on an ellipsoid fitted to the class mesh, each with a
+   feature in a memory bank. NOVUM training: at the annotated pose, every visible vertex's projected pixel
+   feature is pulled to its vertex feature against all other vertices of all classes (minus image-space
+   neighbours of the same volume) and a queue of clutter (background) features, temperature 0.07; the bank follows
+   the features with momentum 0.9; background features are pushed toward the clutter queue;
+3. concepts: per class, K-means over the features of vertices visible in > 10% of its training images;
+4. classifier (the official `FeatureMatchingCAVE` variant, picked explicitly): every pixel takes its best concept
+   among all classes' concepts and K-means centres of the clutter queue; score cos/2 + 1/2; a class scores the
+   sum over the pixels its concepts won, divided by its number of concepts. Pixels won by clutter count for no
+   class, which is what keeps occluders from voting. `classifier="paper"` gives the paper's
+   s_y = sum_i max_j cos(f_i, h_y^j) instead;
+5. explanations: concept activation maps, A(x, h)_i = pixel i's score where h won it, upsampled to the image.
+   (The paper's NOV-aware LRP propagates these to pixels through the backbone; we stop at the feature map.)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.errors import require
+from toolkit.explain.render3d import NO_FACE, look_at_camera, project
+
+
+class CaveConfig(BaseConfig):
+    """`iclrkit explain cave`. Paper/official defaults where they transfer (T = 0.07, bank momentum 0.9,
+    5 clutter features per image, visibility threshold 0.1, K-means concepts); sizes scaled to a CPU: ~200
+    vertices instead of ~1130, 8 concepts per class instead of 20 (the paper's D-sweep 5..40 is flat), d = 32."""
+
+    data: str = "synthetic"  # 'synthetic' (rendered here, saved as OUT/dataset.npz) or a dataset .npz
+    n_classes: int = 4  # synthetic: first n of car, house, mug, plane
+    n_train_per_class: int = 100  # synthetic
+    n_test_per_class: int = 40  # synthetic: per OOD split as well
+    image_size: int = 64  # synthetic renders are image_size x image_size
+    occlusion_fraction: float = 0.4  # synthetic occlusion split: share of object pixels hidden
+    noise_std: float = 0.2  # synthetic noise split
+    feature_dim: int = 32  # backbone feature channels d
+    width: int = 32  # channels of the first conv layer (the next two have 2x)
+    n_vertices: int = 200  # NOV vertices per class on the ellipsoid
+    concepts_per_class: int = 8  # D: K-means clusters per class
+    background_concepts: int = 8  # K-means centres of the clutter queue that compete with the concepts
+    temperature: float = 0.07
+    bank_momentum: float = 0.9
+    clutter_per_image: int = 5  # background features per image added to the clutter queue
+    clutter_queue: int = 512
+    neighbour_px: float = 6.0  # same-volume vertices projected closer than this are not negatives
+    visibility_threshold: float = 0.1  # concepts come from vertices visible in more than this share of images
+    classifier: Literal["repo", "paper"] = "repo"
+    epochs: int = 40
+    batch_size: int = 32
+    lr: float = 1e-3
+    baselines: bool = True  # also train the 2D CNN and score NMF (CRAFT-lite) concepts and Grad-CAM
+    baseline_epochs: int = 40
+    figures: bool = True
+
+
+class Backbone(nn.Module):
+    """Four 3x3 conv layers, stride 4 overall, d output channels (no final nonlinearity)."""
+
+    def __init__(self, feature_dim: int, width: int = 32):
+        super().__init__()
+        widths = [3, width, 2 * width, 2 * width]
+        layers: list[nn.Module] = []
+        for (c_in, c_out), stride in zip(zip(widths, widths[1:]), (1, 2, 1)):
+            layers += [nn.Conv2d(c_in, c_out, 3, stride, 1), nn.BatchNorm2d(c_out), nn.ReLU()]
+        layers.append(nn.Conv2d(widths[-1], feature_dim, 3, 2, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+# ---- neural object volumes ----------------------------------------------------------------------------------
+
+def ellipsoid_volume(mesh_vertices: np.ndarray, n_vertices: int) -> tuple[np.ndarray, np.ndarray]:
+    """Points (K, 3) of a Fibonacci lattice on the ellipsoid through the mesh's bounding-box half extents, and
+    their outward unit normals."""
+    low, high = mesh_vertices.min(0), mesh_vertices.max(0)
+    centre, axes = (low + high) / 2, (high - low) / 2
+    k = np.arange(n_vertices) + 0.5
+    polar = np.arccos(1 - 2 * k / n_vertices)
+    azimuth = np.pi * (1 + 5 ** 0.5) * k
+    sphere = np.stack([np.cos(azimuth) * np.sin(polar), np.cos(polar), np.sin(azimuth) * np.sin(polar)], -1)
+    normals = sphere / axes
+    return centre + sphere * axes, normals / np.linalg.norm(normals, axis=1, keepdims=True)
+
+
+def visible_projection(points: np.ndarray, normals: np.ndarray, pose: np.ndarray, scale: np.ndarray,
+                       pix_to_face: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel coordinates (K, 2) of the deformed volume's vertices and which are visible: facing the camera
+    (exact self-occlusion for a convex volume), inside the image and landing on the object's rendered pixels."""
+    size = pix_to_face.shape[0]
+    camera = look_at_camera(*pose, size=size)
+    world = points * scale
+    world_normals = normals / scale
+    coords, depth = project(camera, world)
+    facing = ((camera.eye - world) * world_normals).sum(1) > 0
+    pixel = np.floor(coords).astype(np.int64)
+    inside = (pixel >= 0).all(1) & (pixel < size).all(1) & (depth > 0)
+    clipped = np.clip(pixel, 0, size - 1)
+    on_object = pix_to_face[clipped[:, 1], clipped[:, 0]] != NO_FACE
+    return coords, facing & inside & on_object
+
+
+def sample_features(features: torch.Tensor, coords: torch.Tensor, size: int) -> torch.Tensor:
+    """Bilinear feature at image pixel coordinates: features (B, d, h, w), coords (B, K, 2) -> (B, K, d)."""
+    grid = (coords / size * 2 - 1)[:, :, None, :]
+    return F.grid_sample(features, grid, align_corners=False)[..., 0].transpose(1, 2)
+
+
+def nov_contrastive_loss(vertex_features, visible, labels, coords, bank, clutter, temperature, neighbour_px):
+    """NOVUM's vertex loss: cross-entropy of each visible vertex's pixel feature (B, K, d) over all volume
+    features (C*K, d) + clutter (Q, d), the target being its own vertex, same-volume neighbours masked."""
+    batch, k, _ = vertex_features.shape
+    n_classes = bank.shape[0] // k
+    logits = torch.cat([vertex_features @ bank.T, vertex_features @ clutter.T], dim=-1) / temperature
+    near = torch.cdist(coords, coords) < neighbour_px
+    near &= ~torch.eye(k, dtype=torch.bool)[None]
+    masked = torch.zeros(batch, k, n_classes, k, dtype=torch.bool)
+    masked[torch.arange(batch), :, labels] = near  # only the own volume's neighbours
+    masked = torch.cat([masked.reshape(batch, k, -1), torch.zeros(batch, k, len(clutter), dtype=torch.bool)], -1)
+    logits = logits.masked_fill(masked, float("-inf"))
+    target = labels[:, None] * k + torch.arange(k)[None]
+    losses = F.cross_entropy(logits.reshape(batch * k, -1), target.reshape(-1), reduction="none")
+    return losses[visible.reshape(-1)].mean()
+
+
+def clutter_loss(background_features, bank, clutter, temperature):
+    """Background pixel features should match the clutter queue rather than any volume: -log P(clutter)."""
+    logits = torch.cat([background_features @ bank.T, background_features @ clutter.T], dim=-1) / temperature
+    return (logits.logsumexp(-1) - logits[:, bank.shape[0]:].logsumexp(-1)).mean()
+
+
+def momentum_update(bank, vertex_features, visible, labels, momentum):
+    """bank[v] <- normalise(m * bank[v] + (1 - m) * mean of this batch's features of v), visible vertices only."""
+    k = vertex_features.shape[1]
+    index = (labels[:, None] * k + torch.arange(k)[None])[visible]
+    sums = torch.zeros_like(bank).index_add_(0, index, vertex_features[visible])
+    counts = torch.zeros(len(bank)).index_add_(0, index, torch.ones(len(index)))
+    seen = counts > 0
+    bank[seen] = F.normalize(momentum * bank[seen] + (1 - momentum) * sums[seen] / counts[seen, None], dim=-1)
+
+
+# ---- concepts and classification ------------------------------------------------------------------------------
+
+def kmeans_concepts(features: np.ndarray, n_concepts: int, seed: int) -> np.ndarray:
+    from sklearn.cluster import KMeans
+
+    n = min(n_concepts, len(features))
+    centres = KMeans(n, n_init=10, random_state=seed).fit(features).cluster_centers_
+    return centres / np.linalg.norm(centres, axis=1, keepdims=True)
+
+
+def concept_scores(features: torch.Tensor, concepts: torch.Tensor, concept_class: torch.Tensor, n_classes: int,
+                   classifier: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """features (B, d, h, w) unit norm; concepts (M, d) unit norm with concept_class (M,) (-1: clutter).
+    Returns class scores (B, C), the winning concept per pixel (B, h, w) and its score cos/2 + 1/2 (B, h, w)."""
+    cos = torch.einsum("bdhw,md->bmhw", features, concepts)
+    best_cos, winner = cos.max(dim=1)
+    pixel_score = best_cos / 2 + 0.5
+    if classifier == "paper":
+        per_class = torch.stack([cos[:, concept_class == c].amax(1).sum((1, 2)) for c in range(n_classes)], 1)
+        return per_class, winner, pixel_score
+    won_by = concept_class[winner]  # (B, h, w)
+    counts = torch.bincount(concept_class[concept_class >= 0], minlength=n_classes).clamp(min=1)
+    per_class = torch.stack([(pixel_score * (won_by == c)).sum((1, 2)) for c in range(n_classes)], 1) / counts
+    return per_class, winner, pixel_score
+
+
+def concept_maps(winner: torch.Tensor, pixel_score: torch.Tensor, concept_ids: torch.Tensor,
+                 size: int) -> torch.Tensor:
+    """A(x, h) for the concepts concept_ids (B, D) of each image's class: score where h won, else 0; (B, D, S, S)."""
+    won = winner[:, None] == concept_ids[:, :, None, None]
+    maps = pixel_score[:, None] * won
+    return F.interpolate(maps, size=(size, size), mode="bilinear", align_corners=False)
+
+
+@dataclass
+class CaveModel:
+    backbone: Backbone
+    concepts: torch.Tensor  # (M, d) class concepts then clutter concepts
+    concept_class: torch.Tensor  # (M,) class of each concept, -1 for clutter
+    bank: torch.Tensor  # (C*K, d) vertex features
+    n_classes: int
+    classifier: str
+
+    @torch.no_grad()
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        self.backbone.eval()
+        return F.normalize(self.backbone(images), dim=1)
+
+    @torch.no_grad()
+    def predict(self, images: torch.Tensor, batch_size: int = 128) -> torch.Tensor:
+        out = [concept_scores(self.features(images[i:i + batch_size]), self.concepts, self.concept_class,
+                              self.n_classes, self.classifier)[0].argmax(1) for i in range(0, len(images), batch_size)]
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def explain(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 128) -> torch.Tensor:
+        """Concept activation maps of each image's (given) class: (N, D, S, S)."""
+        ids = torch.stack([torch.nonzero(self.concept_class == c)[:, 0] for c in range(self.n_classes)])
+        out = []
+        for i in range(0, len(images), batch_size):
+            _, winner, score = concept_scores(self.features(images[i:i + batch_size]), self.concepts,
+                                              self.concept_class, self.n_classes, self.classifier)
+            out.append(concept_maps(winner, score, ids[labels[i:i + batch_size]], images.shape[-1]))
+        return torch.cat(out)
+
+
+def as_tensor_images(images: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(images.astype(np.float32) / 255.0)
+
+
+def volume_projections(data, index, volumes) -> tuple[np.ndarray, np.ndarray]:
+    coords, visible = zip(*(visible_projection(*volumes[data["labels"][i]], data["poses"][i], data["scales"][i],
+                                               data["pix_to_face"][i]) for i in index))
+    return np.stack(coords).astype(np.float32), np.stack(visible)
+
+
+def background_cells(pix_to_face: np.ndarray, stride: int) -> torch.Tensor:
+    """(N, h, w) feature cells whose stride x stride pixels are all background."""
+    n, size, _ = pix_to_face.shape
+    cells = (pix_to_face == NO_FACE).reshape(n, size // stride, stride, size // stride, stride)
+    return torch.from_numpy(cells.all(axis=(2, 4)))
+
+
+def train_cave(config: CaveConfig, data: dict, ctx) -> tuple[CaveModel, dict]:
+    n_classes = len(data["classes"])
+    train = np.nonzero(data["split"] == "train")[0]
+    require(len(train) > 0, "the dataset has no train split")
+    for c in range(n_classes):
+        require((data["labels"][train] == c).any(), f"class {data['classes'][c]} has no training images")
+    size = data["images"].shape[-1]
+    require(size % 4 == 0, f"image size {size} must be a multiple of 4 (backbone stride)")
+    generator = torch.Generator().manual_seed(ctx.seed)
+    volumes = [ellipsoid_volume(data[f"mesh{c}_vertices"], config.n_vertices) for c in range(n_classes)]
+    coords_np, visible_np = volume_projections(data, train, volumes)
+    images, labels = as_tensor_images(data["images"][train]), torch.from_numpy(data["labels"][train])
+    coords, visible = torch.from_numpy(coords_np), torch.from_numpy(visible_np)
+    background = background_cells(data["pix_to_face"][train], 4)
+    backbone = Backbone(config.feature_dim, config.width)
+    optimiser = torch.optim.Adam(backbone.parameters(), lr=config.lr)
+    k = config.n_vertices
+    bank = F.normalize(torch.randn(n_classes * k, config.feature_dim, generator=generator), dim=-1)
+    clutter = F.normalize(torch.randn(config.clutter_queue, config.feature_dim, generator=generator), dim=-1)
+    queue_at, history = 0, []
+    for _ in ctx.progress(range(config.epochs), total=config.epochs, description="CAVE (NOVUM training)"):
+        backbone.train()
+        order = torch.randperm(len(train), generator=generator)
+        epoch_loss = 0.0
+        for batch in order.split(config.batch_size):
+            features = F.normalize(backbone(images[batch]), dim=1)
+            vertex_features = sample_features(features, coords[batch], size)
+            loss = nov_contrastive_loss(vertex_features, visible[batch], labels[batch], coords[batch], bank,
+                                        clutter, config.temperature, config.neighbour_px)
+            cells = features.permute(0, 2, 3, 1)[background[batch]]
+            picked = cells[torch.randperm(len(cells), generator=generator)[:config.clutter_per_image * len(batch)]]
+            if len(picked):
+                loss = loss + clutter_loss(picked, bank, clutter, config.temperature)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            epoch_loss += loss.item() * len(batch)
+            with torch.no_grad():
+                momentum_update(bank, vertex_features.detach(), visible[batch], labels[batch], config.bank_momentum)
+                slots = (queue_at + torch.arange(len(picked))) % len(clutter)
+                clutter[slots] = picked.detach()
+                queue_at = int(queue_at + len(picked)) % len(clutter)
+        history.append(epoch_loss / len(train))
+    concepts, concept_class = [], []
+    for c in range(n_classes):
+        members = data["labels"][train] == c
+        kept = visible_np[members].mean(0) > config.visibility_threshold
+        require(kept.any(), f"no vertex of class {data['classes'][c]} is visible in enough training images")
+        centres = kmeans_concepts(bank[c * k:(c + 1) * k][torch.from_numpy(kept)].numpy(),
+                                  config.concepts_per_class, ctx.seed)
+        require(len(centres) == config.concepts_per_class, f"class {c}: fewer visible vertices than concepts")
+        concepts.append(centres)
+        concept_class += [c] * len(centres)
+    if config.background_concepts:
+        concepts.append(kmeans_concepts(clutter.numpy(), config.background_concepts, ctx.seed))
+        concept_class += [-1] * config.background_concepts
+    model = CaveModel(backbone, torch.from_numpy(np.concatenate(concepts)).float(), torch.tensor(concept_class),
+                      bank, n_classes, config.classifier)
+    return model, {"loss_first_epoch": history[0], "loss_last_epoch": history[-1],
+                   "visible_vertices_per_image": float(visible_np.sum(1).mean())}
+
+
+# ---- run ------------------------------------------------------------------------------------------------------
+
+def split_accuracy(predict, data) -> dict[str, float]:
+    out = {}
+    for split in ("test", "occlusion", "texture", "noise", "unseen_pose"):
+        index = np.nonzero(data["split"] == split)[0]
+        if len(index):
+            predicted = predict(as_tensor_images(data["images"][index])).numpy()
+            out["acc_iid" if split == "test" else f"acc_{split}"] = float((predicted == data["labels"][index]).mean())
+    return out
+
+
+def _dataset(config: CaveConfig, ctx) -> dict:
+    from toolkit.explain.cave_data import SyntheticSpec, build_synthetic, load_dataset, save_dataset
+
+    if config.data != "synthetic":
+        return load_dataset(config.data)
+    require(0 <= config.occlusion_fraction < 1, "occlusion_fraction must be in [0, 1)")
+    require(config.noise_std >= 0, "noise_std must be >= 0")
+    spec = SyntheticSpec(n_classes=config.n_classes, n_train_per_class=config.n_train_per_class,
+                         n_test_per_class=config.n_test_per_class, image_size=config.image_size,
+                         occlusion_fraction=config.occlusion_fraction, noise_std=config.noise_std)
+    data = build_synthetic(spec, ctx.seed, progress=ctx.progress)
+    save_dataset(data, ctx.path("dataset.npz"))
+    return data
+
+
+def _save_attributions(ctx, method: str, maps: np.ndarray, index: np.ndarray) -> None:
+    np.savez_compressed(ctx.path(f"attributions_{method}.npz"), maps=maps.astype(np.float32), index=index,
+                        method=np.array(method))
+
+
+def _validate(config: CaveConfig) -> None:
+    for name in ("feature_dim", "width", "n_vertices", "concepts_per_class", "epochs", "batch_size",
+                 "clutter_per_image", "clutter_queue"):
+        require(getattr(config, name) >= 1, f"{name} must be >= 1")
+    require(config.background_concepts >= 0, "background_concepts must be >= 0")
+    require(config.temperature > 0 and config.lr > 0, "temperature and lr must be > 0")
+    require(0 <= config.bank_momentum < 1 and 0 <= config.visibility_threshold < 1,
+            "bank_momentum and visibility_threshold must be in [0, 1)")
+
+
+def run(config: CaveConfig, ctx) -> dict:
+    from safetensors.torch import save_file
+
+    from toolkit.explain.consistency import consistency_report
+
+    _validate(config)
+    data = _dataset(config, ctx)
+    model, training = train_cave(config, data, ctx)
+    test = np.nonzero(data["split"] == "test")[0]
+    require(len(test) > 0, "the dataset has no test split")
+    faces = [len(data[f"mesh{c}_triangles"]) for c in range(len(data["classes"]))]
+    test_images, test_labels = as_tensor_images(data["images"][test]), torch.from_numpy(data["labels"][test])
+
+    def score(method: str, accuracy: dict, maps: np.ndarray) -> dict:
+        _save_attributions(ctx, method, maps, test)
+        report = consistency_report(maps, data["pix_to_face"][test], data["labels"][test], faces, data["classes"])
+        return {"method": method, **accuracy, "consistency_3d": report["consistency_3d"],
+                "chance_3d": report["chance_3d"], "consistency_per_class": report["per_class"]}
+
+    cave_maps = model.explain(test_images, test_labels).numpy()
+    rows = [score("CAVE", split_accuracy(model.predict, data), cave_maps)]
+    save_file({**{f"backbone.{k}": v.contiguous() for k, v in model.backbone.state_dict().items()},
+               "concepts": model.concepts, "concept_class": model.concept_class, "bank": model.bank},
+              str(ctx.path("cave.safetensors")))
+    baseline_maps = {}
+    if config.baselines:
+        from toolkit.explain.cave_baselines import baseline_rows
+
+        for method, accuracy, maps in baseline_rows(config, data, ctx):
+            rows.append(score(method, accuracy, maps))
+            baseline_maps[method] = maps
+    if config.figures:
+        from toolkit.explain.cave_figures import concept_figures
+
+        concept_figures(ctx, data, test, {"CAVE": cave_maps, **baseline_maps})
+    ctx.path("results.json").write_text(json.dumps({"rows": rows, "training": training}, indent=2))
+    ctx.metrics.update({"rows": rows, **training, "n_train": int((data["split"] == "train").sum()),
+                        "n_test": int(len(test)), "classes": [str(c) for c in data["classes"]]})
+    return {"rows": rows}
