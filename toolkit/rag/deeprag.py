@@ -1,0 +1,296 @@
+"""DeepRAG: step-wise retrieve-or-answer decisions (Guan et al., ICLR 2026, https://arxiv.org/abs/2502.01142;
+official code https://github.com/gxy-gxy/DeepRAG). `index` builds the retriever, `synth` runs the binary-tree
+search for minimum-retrieval trajectories and calibration pairs, `train` runs imitation learning + chain of
+calibration, `run` evaluates DeepRAG and the baselines (no retrieval, always retrieve, single-shot RAG).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.errors import BadInputError, require
+from toolkit.rag import infer
+from toolkit.rag.qa import QAItem, load_qa
+from toolkit.rag.search import calibration_pairs, tree_search
+from toolkit.rag.trace import (FINAL, FOLLOW, INSTRUCTION, Step, Trace, extract_final, question_prompt,
+                               render_context, render_step, render_trace)
+
+PAPER = "https://arxiv.org/abs/2502.01142"
+PARAMETRIC_PROMPT = "Question: {subquery}\nAnswer:"
+READER_PROMPT = "{context}\nQuestion: {subquery}\nAnswer:"
+
+
+class IndexConfig(BaseConfig):
+    """`rag deeprag index`: a BM25 (bm25s, k1=1.5, b=0.75) or dense (FAISS + all-MiniLM-L6-v2) index over a passage
+    JSONL ({id, title, text} or FlashRAG {id, contents}) or over the paragraphs of a HotpotQA file."""
+
+    corpus: str
+    retriever: Literal["bm25", "dense"] = "bm25"
+
+
+class SynthConfig(BaseConfig):
+    """`rag deeprag synth`: binary-tree search per question (official sragsamplev2.py: top-3 passages, depth 6 on
+    HotpotQA). Sub-questions come from the data's gold `decomposition` when present (decompose=auto|gold), else
+    from the model in the DeepRAG format (decompose=model)."""
+
+    model: str
+    data: str
+    index: str  # an index directory, or "contexts": BM25 over each question's own paragraphs
+    top_k: int = Field(3, ge=1)
+    max_depth: int = Field(6, ge=1)
+    max_expansions: int = Field(64, ge=1)  # tree nodes expanded per question before giving up
+    decompose: Literal["auto", "gold", "model"] = "auto"
+    parametric_prompt: str = PARAMETRIC_PROMPT  # {subquery}
+    reader_prompt: str = READER_PROMPT  # {context} {subquery}; the model may answer "[No related Info]"
+    instruction: str = INSTRUCTION
+    few_shot: str = ""
+    max_new_tokens: int = Field(32, ge=1)
+    batch_size: int = Field(8, ge=1)
+    limit: Optional[int] = Field(None, ge=1)
+
+
+class TrainConfig(BaseConfig):
+    """`rag deeprag train`. Paper defaults (LLaMA-Factory, 7-8B models): stage I lr 1e-5, 1 epoch, cosine, warmup
+    0.1; stage II DPO β=0.4, lr 5e-7, 8 epochs. Small models trained here need far larger rates: set them."""
+
+    model: str
+    data: str  # a `synth` output directory (trajectories.jsonl, pairs.jsonl)
+    stages: list[Literal["sft", "dpo"]] = ["sft", "dpo"]
+    sft_epochs: float = Field(1.0, gt=0)
+    sft_lr: float = Field(1e-5, gt=0)
+    dpo_epochs: float = Field(8.0, gt=0)
+    dpo_lr: float = Field(5e-7, gt=0)
+    dpo_beta: float = Field(0.4, gt=0)
+    batch_size: int = Field(4, ge=1)
+    max_length: int = Field(1024, ge=16)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    instruction: str = INSTRUCTION
+    few_shot: str = ""
+
+
+class RunConfig(BaseConfig):
+    """`rag deeprag run`: inference (official sragsftv2.py: temperature 0, top-3 passages, max 6 steps on HotpotQA)
+    for DeepRAG and the baselines, with EM/F1 and retrievals per question."""
+
+    model: str
+    data: str
+    index: str  # an index directory, or "contexts" (per-question BM25 over the question's own paragraphs)
+    methods: list[Literal["deeprag", "always", "never", "single"]] = ["deeprag"]
+    top_k: int = Field(3, ge=1)
+    max_steps: int = Field(6, ge=1)
+    max_new_tokens: int = Field(32, ge=1)
+    batch_size: int = Field(8, ge=1)
+    instruction: str = INSTRUCTION
+    few_shot: str = ""
+    limit: Optional[int] = Field(None, ge=1)
+    dataset_name: Optional[str] = None  # the name in results.json rows; default: the data file's stem
+
+
+# ---------------------------------------------------------------- retrieval
+
+
+def make_retrieve(index: str, items: list[QAItem], top_k: int):
+    """A per-item function subquery -> rendered passages."""
+    from toolkit.rag.retrieval import build_index, load_index
+
+    if index == "contexts":
+        require(all(item.contexts for item in items), "index=contexts needs every question to carry its own "
+                                                       "paragraphs (HotpotQA `contexts`)")
+        cache: dict[str, object] = {}
+
+        def for_item(item: QAItem):
+            if item.id not in cache:
+                cache[item.id] = build_index(item.contexts, "bm25")
+            retriever = cache[item.id]
+            return lambda q: [p.render() for p, _ in retriever.search([q], top_k)[0]]
+
+        return for_item
+    require(Path(index).is_dir(), f"index directory not found: {index}")
+    retriever = load_index(index)
+    shared = lambda q: [p.render() for p, _ in retriever.search([q], top_k)[0]]  # noqa: E731
+    return lambda item: shared
+
+
+def load_llm_for(spec: str, ctx, batch_size: int):
+    from toolkit.llm import load_llm
+
+    llm = load_llm(spec, device=ctx.device, dtype=ctx.torch_dtype, cache_dir=str(ctx.path("llm-cache", record=False)))
+    if hasattr(llm, "batch_size"):
+        llm.batch_size = batch_size
+    return llm
+
+
+def run_index(config: IndexConfig, ctx) -> dict:
+    from toolkit.rag.retrieval import build_index, load_corpus, save_index
+
+    passages = load_corpus(config.corpus)
+    retriever = build_index(passages, config.retriever)
+    save_index(retriever, ctx.path("index", record=True))
+    ctx.metrics.update({"passages": len(passages), "retriever": config.retriever})
+    return ctx.metrics
+
+
+# ---------------------------------------------------------------- synthesis
+
+
+def answer_matches(prediction: str, answers: list[str]) -> bool:
+    """The search's correctness check: exact match, or token F1 above 0.7 (the official check is a normalized
+    containment score above 0.7)."""
+    from toolkit.eval.metrics import exact_match, token_f1
+
+    return bool(exact_match(prediction, answers)) or token_f1(prediction, answers) > 0.7
+
+
+class ModelOracle:
+    """Asks the model: sub-questions in the DeepRAG format (or the gold decomposition), parametric answers with
+    `parametric_prompt`, context answers with `reader_prompt`. Answers depend only on the sub-question (and the
+    passages), so they are cached across the tree and across questions."""
+
+    def __init__(self, llm, config: SynthConfig, item: QAItem, shared_cache: dict):
+        self.llm, self.config, self.item, self.cache = llm, config, item, shared_cache
+        self.gold = item.decomposition if config.decompose != "model" else None
+
+    def _line(self, prompt: str) -> str:
+        if prompt not in self.cache:
+            text = self.llm.generate([prompt], max_new_tokens=self.config.max_new_tokens, stop=["\n"])[0].text
+            self.cache[prompt] = text.split("\n", 1)[0].strip()
+        return self.cache[prompt]
+
+    def propose(self, question: str, steps) -> tuple[str, str]:
+        answers = [step.answer for step in steps]
+        if self.gold is not None:
+            if len(steps) >= len(self.gold):
+                return "final", answers[-1] if answers else ""
+            try:
+                return "follow", self.gold[len(steps)].format(None, *answers)
+            except (IndexError, KeyError, ValueError):
+                raise BadInputError(f"question {self.item.id}: decomposition {self.gold!r} refers to an answer "
+                                    "that does not exist yet (use {1} for the first answer, {2} the second, ...)")
+        prompt = question_prompt(question, self.config.instruction, self.config.few_shot)
+        line = self._line(prompt + "".join(render_step(step) for step in steps))
+        if line.startswith(FOLLOW):
+            return "follow", line[len(FOLLOW):].strip()
+        return "final", extract_final(line)
+
+    def parametric(self, question: str, steps, subquery: str) -> str:
+        return self._line(self.config.parametric_prompt.format(subquery=subquery))
+
+    def from_context(self, question: str, steps, subquery: str, passages: list[str]) -> str:
+        return self._line(self.config.reader_prompt.format(context=render_context(passages), subquery=subquery))
+
+
+def run_synth(config: SynthConfig, ctx) -> dict:
+    items = load_qa(config.data, config.limit)
+    if config.decompose == "gold":
+        require(all(item.decomposition for item in items), "decompose=gold needs a `decomposition` on every question")
+    retrieve_for = make_retrieve(config.index, items, config.top_k)
+    llm = load_llm_for(config.model, ctx, config.batch_size)
+    cache: dict[str, str] = {}
+    found, retrievals, expansions, pairs_written = 0, 0, 0, 0
+    with open(ctx.path("trajectories.jsonl"), "w") as trajectories, open(ctx.path("pairs.jsonl"), "w") as pairs:
+        for item in ctx.progress(items, len(items), "tree search"):
+            oracle = ModelOracle(llm, config, item, cache)
+            result = tree_search(item.question, oracle, retrieve_for(item), lambda a: answer_matches(a, item.answers),
+                                 config.max_depth, config.max_expansions)
+            expansions += result.expansions
+            if result.trace is None:
+                continue
+            found += 1
+            retrievals += result.trace.retrievals
+            prompt = question_prompt(item.question, config.instruction, config.few_shot)
+            trajectories.write(json.dumps({"id": item.id, "question": item.question, "answers": item.answers,
+                                           "prompt": prompt, "trace": result.trace.to_dict(),
+                                           "text": render_trace(result.trace)}) + "\n")
+            for pair in calibration_pairs(prompt, result.trace):
+                pairs.write(json.dumps({"id": item.id, **pair}) + "\n")
+                pairs_written += 1
+    require(found, "the tree search found no correct path for any question: check the model, index and answers")
+    ctx.metrics.update({"questions": len(items), "paths_found": found, "found_rate": found / len(items),
+                        "retrievals_per_path": retrievals / found, "pairs": pairs_written,
+                        "expansions_per_question": expansions / len(items)})
+    return ctx.metrics
+
+
+# ---------------------------------------------------------------- training
+
+
+def _trace_from_dict(data: dict) -> Trace:
+    steps = [Step(s["subquery"], s["answer"], s.get("retrieved"), s.get("alternative")) for s in data["steps"]]
+    return Trace(question=data["question"], steps=steps, final=data.get("final"))
+
+
+def load_synth(directory: str) -> tuple[list[dict], list[dict]]:
+    from toolkit.data.text import read_jsonl
+
+    root = Path(directory)
+    require(root.is_dir(), f"training data must be a `rag deeprag synth` output directory: {directory}")
+    trajectories = read_jsonl(root / "trajectories.jsonl", required=("prompt", "trace"))
+    pairs_path = root / "pairs.jsonl"
+    pairs = read_jsonl(pairs_path, required=("prompt", "chosen", "rejected")) if pairs_path.exists() else []
+    return trajectories, pairs
+
+
+def run_train(config: TrainConfig, ctx) -> dict:
+    from toolkit.models.save import save_model
+    from toolkit.models.source import load_model
+    from toolkit.rag import training
+
+    trajectories, pairs = load_synth(config.data)
+    if "dpo" in config.stages:
+        require(pairs, f"{config.data}/pairs.jsonl is missing or empty: stage II (dpo) needs calibration pairs")
+    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    cpu = ctx.device == "cpu"
+    if "sft" in config.stages:
+        examples = [training.encode_segments(tokenizer, training.trajectory_segments(
+            t["prompt"], _trace_from_dict(t["trace"])), config.max_length) for t in trajectories]
+        losses = training.train_sft(model, examples, pad_id, config.sft_epochs, config.sft_lr, config.batch_size,
+                                    config.warmup_ratio, ctx.seed, cpu)
+        ctx.metrics.update({"sft_examples": len(examples), "sft_steps": len(losses), "sft_loss_first": losses[0],
+                            "sft_loss_last": sum(losses[-5:]) / len(losses[-5:])})
+    if "dpo" in config.stages:
+        reference = copy.deepcopy(model)
+        encoded = [training.encode_pair(tokenizer, pair, config.max_length) for pair in pairs]
+        log = training.train_dpo(model, reference, encoded, pad_id, config.dpo_epochs, config.dpo_lr,
+                                 config.batch_size, config.dpo_beta, config.warmup_ratio, ctx.seed, cpu)
+        tail = log[-5:]
+        ctx.metrics.update({"dpo_pairs": len(pairs), "dpo_steps": len(log), "dpo_loss_first": log[0]["loss"],
+                            "dpo_loss_last": sum(r["loss"] for r in tail) / len(tail),
+                            "dpo_reward_accuracy_last": sum(r["reward_accuracy"] for r in tail) / len(tail)})
+        del reference
+    save_model(model, tokenizer, ctx.path("model"), technique="rag.deeprag", source=config.model, paper=PAPER,
+               metadata={"technique": "deeprag", "stages": config.stages})
+    return ctx.metrics
+
+
+# ---------------------------------------------------------------- inference and baselines
+
+
+def run_run(config: RunConfig, ctx) -> dict:
+    items = load_qa(config.data, config.limit)
+    retrieve_for = make_retrieve(config.index, items, config.top_k)
+    llm = load_llm_for(config.model, ctx, config.batch_size)
+    dataset = config.dataset_name or Path(config.data).stem
+    item_retrieve = {item.id: retrieve_for(item) for item in items}
+    rows = []
+    for method in config.methods:
+        runner = infer.Runner(llm, lambda item, query: item_retrieve[item.id](query), method, config.max_steps,
+                              config.max_new_tokens, config.instruction, config.few_shot)
+        episodes = runner.run(items, progress=lambda it, total, description: ctx.progress(it, total, description))
+        scores = infer.score(episodes)
+        rows.append({"dataset": dataset, "method": infer.METHOD_NAMES[method], **scores})
+        with open(ctx.path(f"traces-{method}.jsonl"), "w") as f:
+            for episode in episodes:
+                f.write(json.dumps({"id": episode.item.id, "answers": episode.item.answers,
+                                    **episode.trace.to_dict(), "lines": episode.lines}) + "\n")
+    (ctx.path("results.json")).write_text(json.dumps({"rows": rows}, indent=2))
+    ctx.metrics.update({row["method"]: {k: row[k] for k in ("em", "f1", "retrievals_per_question")} for row in rows})
+    ctx.metrics["questions"] = len(items)
+    return ctx.metrics
+

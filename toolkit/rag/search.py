@@ -1,0 +1,81 @@
+"""Binary-tree search for DeepRAG's training data (paper §3.2; official `sragsamplev2.py`, read, not copied).
+
+Every sub-question has two children: answer it parametrically (retrieval count unchanged) or retrieve and answer
+from the passages (count + 1; pruned when the reader says the context has no related information). Nodes come off
+a priority queue ordered by retrieval count (ties: first pushed first, so parametric before retrieval), so the
+first correct terminal path popped uses the fewest retrievals of any correct path in the tree.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+from toolkit.rag.trace import FOLLOW, INTERMEDIATE, SEARCH, Step, Trace, render_step
+
+NO_INFO = "[No related Info]"
+
+
+class Oracle(Protocol):
+    """What the search asks the model (or a script) at a node."""
+
+    def propose(self, question: str, steps: Sequence[Step]) -> tuple[str, str]:
+        """("follow", sub-question) or ("final", answer)."""
+
+    def parametric(self, question: str, steps: Sequence[Step], subquery: str) -> str: ...
+
+    def from_context(self, question: str, steps: Sequence[Step], subquery: str, passages: list[str]) -> str: ...
+
+
+@dataclass
+class SearchResult:
+    trace: Trace | None
+    expansions: int
+    explored: list[tuple[int, str]] = field(default_factory=list)  # (retrievals, final answer) of terminal paths
+
+
+def tree_search(question: str, oracle: Oracle, retrieve: Callable[[str], list[str]],
+                is_correct: Callable[[str], bool], max_depth: int = 6, max_expansions: int = 64) -> SearchResult:
+    order = itertools.count()
+    heap: list[tuple[int, int, list[Step]]] = [(0, next(order), [])]
+    result = SearchResult(trace=None, expansions=0)
+    while heap and result.expansions < max_expansions:
+        retrievals, _, steps = heapq.heappop(heap)
+        result.expansions += 1
+        kind, text = oracle.propose(question, steps)
+        if kind == "final" or len(steps) >= max_depth:
+            answer = text if kind == "final" else (steps[-1].answer if steps else "")
+            result.explored.append((retrievals, answer))
+            if is_correct(answer):
+                result.trace = Trace(question=question, steps=list(steps), final=answer)
+                return result
+            continue
+        parametric = oracle.parametric(question, steps, text)
+        passages = retrieve(text)
+        grounded = oracle.from_context(question, steps, text, passages) if passages else NO_INFO
+        heapq.heappush(heap, (retrievals, next(order),
+                              steps + [Step(text, parametric, None, alternative=grounded)]))
+        if NO_INFO.lower() not in grounded.lower():
+            heapq.heappush(heap, (retrievals + 1, next(order),
+                                  steps + [Step(text, grounded, passages, alternative=parametric)]))
+    return result
+
+
+def calibration_pairs(prompt: str, trace: Trace) -> list[dict]:
+    """Stage-II preference pairs: at each step of the optimal path, the decision taken is chosen and the opposite
+    decision at the same step is rejected. The prompt ends with the step's own "Follow up: <sub-question>" line
+    (the official make_pair puts the original question there, which trains the wrong conditional)."""
+    pairs, prefix = [], prompt
+    for step in trace.steps:
+        head = prefix + f"{FOLLOW} {step.subquery}\n"
+        answer_line = f"{INTERMEDIATE} {step.answer if not step.retrieves else step.alternative or ''}".rstrip()
+        if step.retrieves:
+            chosen, rejected = SEARCH, answer_line
+        else:
+            chosen, rejected = answer_line, SEARCH
+        pairs.append({"prompt": head, "chosen": chosen, "rejected": rejected, "retrieve": step.retrieves,
+                      "subquery": step.subquery})
+        prefix += render_step(step)
+    return pairs

@@ -1,0 +1,177 @@
+"""A synthetic multi-hop knowledge base with gold decompositions, and a scripted policy that knows a chosen subset
+of its facts — the controlled setting for DeepRAG's claim (retrieve only what the model does not know).
+
+Relations: film -> director (person) -> birthplace (city) -> country. Questions are 2- and 3-hop compositions.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+
+from toolkit.rag.search import NO_INFO
+from toolkit.rag.trace import FINAL, FOLLOW, INTERMEDIATE, SEARCH, parse_trace
+
+RELATIONS = {  # relation: (sub-question template, corpus statement template)
+    "director": ("Who directed {s}?", "{s} is a film directed by {o}."),
+    "birthplace": ("Where was {s} born?", "{s} was born in the city of {o}."),
+    "country": ("Which country is {s} in?", "{s} is a city in the country of {o}."),
+}
+QUESTIONS = [  # (question template, relation chain) over a start entity
+    ("Where was the director of {s} born?", ("director", "birthplace")),
+    ("Which country was {s} born in?", ("birthplace", "country")),
+    ("Which country was the director of {s} born in?", ("director", "birthplace", "country")),
+]
+SYLLABLES = ("ka ro mi ta ve lo sa ni du be ra to fe li mo zu ga pe ri no vu ha si te lu da ko me").split()
+NOUNS = ("Harbor Winter Garden Signal River Crown Lantern Orchard Mirror Falcon Meadow Tower Ember Voyage "
+         "Compass Island Thunder Shadow Valley Summit").split()
+
+
+@dataclass(frozen=True)
+class Fact:
+    relation: str
+    subject: str
+    object: str
+
+    @property
+    def subquery(self) -> str:
+        return RELATIONS[self.relation][0].format(s=self.subject)
+
+    @property
+    def statement(self) -> str:
+        return RELATIONS[self.relation][1].format(s=self.subject, o=self.object)
+
+
+@dataclass
+class KnowledgeBase:
+    facts: list[Fact]
+    known: set[Fact]
+    questions: list[dict] = field(default_factory=list)  # {id, question, answer, decomposition, hops, unknown_hops}
+
+    def __post_init__(self):
+        self.by_query = {f.subquery: f for f in self.facts}
+        self.by_relation = {(f.relation, f.subject): f for f in self.facts}
+
+    def corpus(self) -> list[dict]:
+        return [{"id": f"f{i}", "title": f.subject, "text": f.statement} for i, f in enumerate(self.facts)]
+
+
+def _name(rng: random.Random, syllables: int) -> str:
+    return "".join(rng.choice(SYLLABLES) for _ in range(syllables)).capitalize()
+
+
+def _unique(rng: random.Random, make, n: int, taken: set[str]) -> list[str]:
+    names: list[str] = []
+    while len(names) < n:
+        name = make()
+        if name not in taken:
+            taken.add(name)
+            names.append(name)
+    return names
+
+
+def build_kb(films: int = 40, people: int = 30, cities: int = 16, countries: int = 5, known_fraction: float = 0.5,
+             seed: int = 0, exclude: set[str] | None = None) -> KnowledgeBase:
+    """Entities with unique made-up names (none in `exclude`), one fact per (relation, subject), a random
+    `known_fraction` of facts marked known, and every 2- and 3-hop question the templates allow."""
+    rng, taken = random.Random(seed), set(exclude or ())
+    film_names = _unique(rng, lambda: f"{_name(rng, 2)} {rng.choice(NOUNS)}", films, taken)
+    person_names = _unique(rng, lambda: f"{_name(rng, 2)} {_name(rng, 3)}", people, taken)
+    city_names = _unique(rng, lambda: _name(rng, 3), cities, taken)
+    country_names = _unique(rng, lambda: _name(rng, 2) + "ia", countries, taken)
+    facts = ([Fact("director", f, rng.choice(person_names)) for f in film_names]
+             + [Fact("birthplace", p, rng.choice(city_names)) for p in person_names]
+             + [Fact("country", c, rng.choice(country_names)) for c in city_names])
+    known = set(rng.sample(facts, round(known_fraction * len(facts))))
+    kb = KnowledgeBase(facts=facts, known=known)
+    starts = {"director": film_names, "birthplace": person_names}
+    for template, chain in QUESTIONS:
+        for subject in starts[chain[0]]:
+            hops, entity = [], subject
+            for relation in chain:
+                hops.append(kb.by_relation[(relation, entity)])
+                entity = hops[-1].object
+            decomposition = [RELATIONS[chain[0]][0].format(s=subject)]
+            decomposition += [RELATIONS[r][0].format(s="{%d}" % i) for i, r in enumerate(chain[1:], 1)]
+            kb.questions.append({"id": f"q{len(kb.questions)}", "question": template.format(s=subject),
+                                 "answer": entity, "decomposition": decomposition, "hops": len(chain),
+                                 "unknown_hops": sum(h not in known for h in hops)})
+    return kb
+
+
+def fact_in_context(kb: KnowledgeBase, subquery: str, context: str) -> str | None:
+    fact = kb.by_query.get(subquery.strip())
+    return fact.object if fact is not None and fact.statement in context else None
+
+
+class ScriptedPolicy:
+    """A stand-in LLM reply function (for the loopback server) that follows the DeepRAG format exactly: it knows
+    `kb.known`, retrieves for the rest, reads answers out of context, and answers the synthesis prompts."""
+
+    def __init__(self, kb: KnowledgeBase):
+        self.kb = kb
+
+    def parametric(self, subquery: str) -> str:
+        fact = self.kb.by_query.get(subquery.strip())
+        return fact.object if fact is not None and fact in self.kb.known else "unknown"
+
+    def __call__(self, prompt: str) -> str:
+        reader = re.search(r"(Context:.*)\nQuestion: (.*)\nAnswer:$", prompt, re.S)
+        if reader:
+            return " " + (fact_in_context(self.kb, reader.group(2), reader.group(1)) or NO_INFO)
+        single = re.search(r"^Question: (.*)\nAnswer:$", prompt, re.S)
+        if single:
+            return " " + self.parametric(single.group(1))
+        head, _, body = prompt.rpartition("Question: ")
+        question, _, trajectory = body.partition("\n")
+        last = trajectory.rstrip("\n").rsplit("\n", 1)[-1] if trajectory.strip() else ""
+        trace = parse_trace(question, trajectory)
+        if prompt.endswith("<answer short>"):
+            return (trace.steps[-1].answer if trace.steps else "unknown") + "</answer short>"
+        if prompt.endswith(INTERMEDIATE):
+            subquery = trajectory.split(FOLLOW)[-1].split("\n", 1)[0].strip()
+            previous = trajectory.rsplit("\n", 2)[-2] if trajectory.count("\n") >= 1 else ""
+            context = previous if previous.startswith("Context:") else ""
+            return " " + (fact_in_context(self.kb, subquery, context) or self.parametric(subquery))
+        if last.startswith(FOLLOW):
+            subquery = last[len(FOLLOW):].strip()
+            fact = self.kb.by_query.get(subquery)
+            return f"{INTERMEDIATE} {fact.object}" if fact in self.kb.known else SEARCH
+        return self.next_step(question, [s.answer for s in trace.steps]) + "\n"
+
+    def next_step(self, question: str, answers: list[str]) -> str:
+        entry = next((q for q in self.kb.questions if q["question"] == question), None)
+        if entry is None or len(answers) >= len(entry["decomposition"]):
+            return f"{FINAL} <answer short>{answers[-1] if answers else 'unknown'}</answer short>"
+        template = entry["decomposition"][len(answers)]
+        return f"{FOLLOW} " + template.format(None, *answers)
+
+
+def entity_names(kb: KnowledgeBase) -> set[str]:
+    return {f.subject for f in kb.facts} | {f.object for f in kb.facts}
+
+
+def parametric_examples(kb: KnowledgeBase) -> list[str]:
+    """What the base model is fine-tuned on: the known half of the facts, as single-hop QA."""
+    return [f"Question: {f.subquery}\nAnswer: {f.object}" for f in kb.facts if f in kb.known]
+
+
+def reading_examples(pool: KnowledgeBase, n: int, passages: int = 3, seed: int = 0) -> list[str]:
+    """Reading comprehension over a *different* KB (so no KB fact leaks into the model): the gold statement among
+    distractors of the same relation, rendered the way retrieval renders passages."""
+    from toolkit.rag.trace import render_context
+
+    rng = random.Random(seed)
+    by_relation: dict[str, list[Fact]] = {}
+    for fact in pool.facts:
+        by_relation.setdefault(fact.relation, []).append(fact)
+    examples = []
+    for _ in range(n):
+        fact = rng.choice(pool.facts)
+        others = [f for f in by_relation[fact.relation] if f != fact]
+        docs = [fact] + rng.sample(others, min(passages - 1, len(others)))
+        rng.shuffle(docs)
+        context = render_context([f"{d.subject}: {d.statement}" for d in docs])
+        examples.append(f"{context}\nQuestion: {fact.subquery}\nAnswer: {fact.object}")
+    return examples

@@ -1,0 +1,182 @@
+"""DeepRAG training for Hugging Face causal LMs, through accelerate (one process on CPU, any launch on GPUs).
+
+Stage I, imitation learning: SFT on the minimum-retrieval trajectories with the prompt and every retrieved
+`Context:` line masked out of the loss (labels -100), so the model learns to decide and answer, not to write
+passages (official filter-stage1/tokenize_sft.py). Stage II, chain of calibration: DPO on the retrieve-vs-
+parametric decision at every step of those trajectories, against the frozen stage-I model as reference.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from toolkit.rag.trace import CONTEXT, FOLLOW, INTERMEDIATE, SEARCH, Trace, render_context, render_final
+
+IGNORE = -100
+
+
+def trajectory_segments(prompt: str, trace: Trace) -> list[tuple[str, bool]]:
+    """(text, trained?) pieces whose concatenation is prompt + trajectory; only retrieved context is untrained
+    inside the trajectory."""
+    segments = [(prompt, False)]
+    for step in trace.steps:
+        segments.append((f"{FOLLOW} {step.subquery}\n", True))
+        if step.retrieves:
+            segments += [(f"{SEARCH}\n", True), (render_context(step.retrieved) + "\n", False)]
+        segments.append((f"{INTERMEDIATE} {step.answer}\n", True))
+    segments.append((render_final(trace.final or "") + "\n", True))
+    return segments
+
+
+def encode_segments(tokenizer, segments: Sequence[tuple[str, bool]], max_length: int,
+                    add_eos: bool = True) -> dict[str, list[int]]:
+    """Token ids and labels; masked segments get -100. Truncated from the left so the trained tail survives."""
+    ids, labels = [], []
+    for text, trained in segments:
+        piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids += piece
+        labels += piece if trained else [IGNORE] * len(piece)
+    if add_eos and tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+        labels.append(tokenizer.eos_token_id)
+    return {"input_ids": ids[-max_length:], "labels": labels[-max_length:]}
+
+
+def context_token_spans(tokenizer, segments: Sequence[tuple[str, bool]]) -> list[range]:
+    """Token index ranges of the `Context:` segments (for checking the mask)."""
+    spans, position = [], 0
+    for text, _ in segments:
+        n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if text.startswith(CONTEXT):
+            spans.append(range(position, position + n))
+        position += n
+    return spans
+
+
+def collate(examples: Sequence[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    width = max(len(e["input_ids"]) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, example in enumerate(examples):
+        n = len(example["input_ids"])
+        ids[row, :n] = torch.tensor(example["input_ids"])
+        labels[row, :n] = torch.tensor(example["labels"])
+        mask[row, :n] = 1
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+
+
+def sequence_logprob(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Sum of log p(label token) over the unmasked labels of each row."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
+    targets = batch["labels"][:, 1:]
+    keep = targets != IGNORE
+    picked = logits.log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return (picked * keep).sum(-1)
+
+
+def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
+             ref_rejected: torch.Tensor, beta: float) -> torch.Tensor:
+    """-log σ(β[(log π(c) − log π_ref(c)) − (log π(r) − log π_ref(r))]), averaged (Rafailov et al. 2023)."""
+    margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+    return -F.logsigmoid(beta * margin).mean()
+
+
+def encode_pair(tokenizer, pair: dict, max_length: int) -> tuple[dict, dict]:
+    prompt = (pair["prompt"], False)
+    return (encode_segments(tokenizer, [prompt, (pair["chosen"] + "\n", True)], max_length, add_eos=False),
+            encode_segments(tokenizer, [prompt, (pair["rejected"] + "\n", True)], max_length, add_eos=False))
+
+
+def _schedule(optimizer, total: int, warmup_ratio: float):
+    warmup = max(1, int(total * warmup_ratio))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _loader(items: list, batch_size: int, seed: int, collate_fn: Callable):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.utils.data.DataLoader(items, batch_size=batch_size, shuffle=True, generator=generator,
+                                       collate_fn=collate_fn)
+
+
+def train_sft(model, examples: list[dict], pad_id: int, epochs: float, lr: float, batch_size: int,
+              warmup_ratio: float = 0.1, seed: int = 0, cpu: bool = True, on_step=None) -> list[float]:
+    """Next-token cross-entropy on unmasked labels; returns per-step losses."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=cpu)
+    loader = _loader(examples, batch_size, seed, lambda b: collate(b, pad_id))
+    total = max(1, math.ceil(epochs * len(loader)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    scheduler = _schedule(optimizer, total, warmup_ratio)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    model.train()
+    losses: list[float] = []
+    while len(losses) < total:
+        for batch in loader:
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+            if on_step:
+                on_step(len(losses), total, losses[-1])
+            if len(losses) >= total:
+                break
+    model.eval()
+    return losses
+
+
+def train_dpo(model, reference, pairs: list[tuple[dict, dict]], pad_id: int, epochs: float, lr: float,
+              batch_size: int, beta: float, warmup_ratio: float = 0.1, seed: int = 0, cpu: bool = True,
+              on_step=None) -> list[dict]:
+    """DPO over (chosen, rejected) encodings; reference log-probs are computed once, up front."""
+    from accelerate import Accelerator
+
+    reference.eval()
+    with torch.no_grad():
+        ref = [(float(sequence_logprob(reference, collate([c], pad_id))),
+                float(sequence_logprob(reference, collate([r], pad_id)))) for c, r in pairs]
+    items = [(c, r, rc, rr) for (c, r), (rc, rr) in zip(pairs, ref)]
+
+    def collate_pairs(batch):
+        return (collate([b[0] for b in batch], pad_id), collate([b[1] for b in batch], pad_id),
+                torch.tensor([b[2] for b in batch]), torch.tensor([b[3] for b in batch]))
+
+    accelerator = Accelerator(cpu=cpu)
+    loader = _loader(items, batch_size, seed, collate_pairs)
+    total = max(1, math.ceil(epochs * len(loader)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    scheduler = _schedule(optimizer, total, warmup_ratio)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    model.train()
+    log: list[dict] = []
+    while len(log) < total:
+        for chosen, rejected, ref_chosen, ref_rejected in loader:
+            policy_chosen, policy_rejected = sequence_logprob(model, chosen), sequence_logprob(model, rejected)
+            loss = dpo_loss(policy_chosen, policy_rejected, ref_chosen.to(policy_chosen), ref_rejected.to(policy_chosen),
+                            beta)
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            accuracy = float(((policy_chosen - ref_chosen.to(policy_chosen)) >
+                              (policy_rejected - ref_rejected.to(policy_rejected))).float().mean())
+            log.append({"loss": loss.item(), "reward_accuracy": accuracy})
+            if on_step:
+                on_step(len(log), total, float(loss))
+            if len(log) >= total:
+                break
+    model.eval()
+    return log
