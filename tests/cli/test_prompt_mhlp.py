@@ -33,10 +33,20 @@ def test_mhlp_end_to_end_over_loopback(cli, hf_server, tiny_llama_dir, qa_file, 
     metrics = json.loads(r.stdout)["metrics"]
     assert metrics["n_samples"] == 4 and metrics["n_eval"] == 3
     methods = {row["method"]: row for row in metrics["rows"]}
-    assert set(methods) == {"mhlp", "single"} and 0 <= methods["mhlp"]["ece"] <= 1
+    assert set(methods) == {"mhlp", "single", "initial"} and 0 <= methods["mhlp"]["ece"] <= 1
+    assert all(0 <= row["format_rate"] <= 1 for row in methods.values())
     steps = [json.loads(line) for line in (out / "chain.jsonl").read_text().splitlines()]
     assert len(steps) == 4 and all("log_q_reverse" in s for s in steps)
     assert len(json.loads((out / "samples.json").read_text())) == 4
+    accuracies = json.loads((out / "prompt_accuracy.json").read_text())
+    assert accuracies[0]["prompt"] == "You are a helpful assistant. Think step by step."
+
+
+def test_chat_scoring_needs_a_local_model(cli, hf_server, qa_file, tmp_path):
+    spec = f"openai:tiny@{hf_server}"
+    r = cli(["prompt", "mhlp", "--task-model", spec, "--proposer-model", spec, "-d", qa_file, "--chat",
+             "-o", tmp_path / "o"])
+    assert r.exit_code == 3 and "chat score" in r.stderr
 
 
 def test_backend_without_logprobs_names_the_capability(cli, qa_file, tmp_path):

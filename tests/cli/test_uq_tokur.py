@@ -20,11 +20,12 @@ def test_tokur_end_to_end(cli, tiny_gpt2_dir, gsm_file, tmp_path):
              "-o", out, "--json"])
     assert r.exit_code == 0, r.stderr
     metrics = json.loads(r.stdout)["metrics"]
-    assert metrics["n_responses"] == 6 and len(metrics["sigma_search"]) == 3 and metrics["sigma"] >= 0
+    # the first anchor_size=2 records pick σ and are not evaluated: 1 question x 2 candidates
+    assert metrics["n_responses"] == 2 and len(metrics["sigma_search"]) == 3 and metrics["sigma"] >= 0
     assert {row["selection"] for row in metrics["rows"]} == {"tokur", "random", "first", "oracle", "tokur-total",
                                                              "tokur-aleatoric"}
     records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines()]
-    assert len(records) == 6
+    assert len(records) == 2 and {rec["question"] for rec in records} == {0}
     for rec in records:
         assert rec["epistemic"] >= 0 and rec["total"] == pytest.approx(rec["aleatoric"] + rec["epistemic"])
 
@@ -50,3 +51,13 @@ def test_bad_data(cli, tiny_gpt2_dir, tmp_path, content, message):
 def test_bad_sigma(cli, tiny_gpt2_dir, gsm_file, tmp_path, sigma):
     r = cli(["uq", "tokur", "-m", tiny_gpt2_dir, "-d", gsm_file, "--sigma", sigma, "-o", tmp_path / "o"])
     assert r.exit_code == 2 and "sigma" in r.stderr
+
+
+def test_anchor_file_keeps_every_record_for_evaluation(cli, tiny_gpt2_dir, gsm_file, tmp_path):
+    r = cli(["uq", "tokur", "-m", tiny_gpt2_dir, "-d", gsm_file, "--candidates", "1", "--samples", "2",
+             "--max-new-tokens", "2", "--set", "search_iterations=2", "--set", f"anchor_data={gsm_file}",
+             "-o", tmp_path / "o", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["metrics"]["n_responses"] == 3
+    r = cli(["uq", "tokur", "-m", tiny_gpt2_dir, "-d", gsm_file, "--set", "anchor_size=3", "-o", tmp_path / "p"])
+    assert r.exit_code == 2 and "anchor" in r.stderr

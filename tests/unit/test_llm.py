@@ -46,3 +46,27 @@ def test_bad_specs_and_unreachable_server():
     llm.retries = 0
     with pytest.raises(ResourceError, match="failed after 1 tries"):
         llm.generate(["x"])
+
+
+def test_chat_score_scores_the_reply_to_the_templated_user_turn(hf):
+    import copy
+
+    tokenizer = copy.deepcopy(hf.tokenizer)
+    tokenizer.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    chat = HFBackend("tiny-chat", model=hf.model, tokenizer=tokenizer)
+    templated = "<|user|>Is it raining?\n<|assistant|>"
+    assert chat.format("Is it raining?", chat=True) == templated
+    ours = chat.score(["Is it raining?"], [" yes"], chat=True)[0]
+    assert ours.logprob == pytest.approx(chat.score([templated], [" yes"])[0].logprob, abs=1e-5)
+    assert ours.logprob != pytest.approx(chat.score(["Is it raining?"], [" yes"])[0].logprob, abs=1e-3)
+    completion = chat.generate(["Is it raining?"], max_new_tokens=4, chat=True)[0]
+    rescored = chat.score(["Is it raining?"], [completion.text], chat=True)[0]
+    if rescored.tokens == completion.tokens:
+        assert rescored.logprob == pytest.approx(sum(completion.token_logprobs), abs=1e-4)
+
+
+def test_openai_backend_refuses_chat_scoring_by_name(hf):
+    with LoopbackServer(backend=hf) as url:
+        with pytest.raises(ResourceError, match="chat score"):
+            load_llm(f"openai:tiny@{url}").score(["a"], ["b"], chat=True)

@@ -25,20 +25,24 @@ def test_format_failure_forces_rejection():
 
 
 class FakeScorer:
+    """-0.25 per character of each continuation; records every call."""
+
     def __init__(self):
         self.calls = []
 
-    def score(self, prompts, continuations):
-        self.calls.append((prompts[0], continuations[0]))
+    def score(self, prompts, continuations, chat=False):
+        self.calls.append((list(prompts), list(continuations), chat))
         return [ScoredText(-0.25 * len(c), [], []) for c in continuations]
 
 
-def test_gold_loglik_substitutes_gold_into_own_response_format():
+@pytest.mark.parametrize("chat", [False, True])
+def test_gold_loglik_substitutes_gold_into_own_response_format(chat):
     scorer = FakeScorer()
-    value = mhlp.gold_loglik(scorer, "Be careful.", "2+2?", "I think\nAnswer: 5", "4")
-    assert value == pytest.approx(-0.25)
-    prompt, continuation = scorer.calls[0]
-    assert continuation == "4" and prompt.endswith("Response:I think\nAnswer: ") and "Be careful." in prompt
+    value = mhlp.gold_loglik(scorer, "Be careful.", "2+2?", "I think\nAnswer: 5", "42", chat=chat)
+    assert value == pytest.approx(-0.25 * len(" 42"))  # only the gold answer (with its leading space) counts
+    prompts, continuations, used_chat = scorer.calls[0]
+    assert continuations == ["I think\nAnswer: 42", "I think\nAnswer:"] and used_chat == chat
+    assert prompts[0] == prompts[1] and prompts[0].endswith("Response:") and "Be careful." in prompts[0]
     assert mhlp.gold_loglik(scorer, "p", "q", "no answer line", "4") == mhlp.FORMAT_FAILURE_LOGLIK
 
 
@@ -51,6 +55,7 @@ def test_thinning_keeps_initial_state_like_the_official_code():
 def test_vote_distribution_and_parse():
     assert mhlp.parse_answer("reasoning\nAnswer: Yes.") == "yes"
     assert mhlp.parse_answer("no format") is None
+    assert mhlp.parse_answer("**Answer:** Positive") is None and mhlp.parse_answer("Answer: **Positive**") == "positive"
     probs = mhlp.vote_distribution(["yes", "yes", None, "maybe"], ["no", "yes"])
     assert probs == pytest.approx([0.25, 0.75])
 
@@ -89,7 +94,11 @@ class ScriptedLLM:
 
     name = "scripted"
 
+    def __init__(self):
+        self.chat_flags = set()
+
     def generate(self, prompts, max_new_tokens=64, temperature=0.0, stop=None, seed=0, chat=False):
+        self.chat_flags.add(chat)
         out = []
         for p in prompts:
             if p.endswith("Response:"):
@@ -100,17 +109,37 @@ class ScriptedLLM:
                 out.append(Completion("Be careful."))
         return out
 
-    def score(self, prompts, continuations):
+    def score(self, prompts, continuations, chat=False):
+        self.chat_flags.add(chat)
         return [ScoredText(-0.1 * len(c), [], []) for c in continuations]
 
 
-def test_mh_step_record_is_consistent():
+@pytest.mark.parametrize("chat", [False, True])
+def test_mh_step_record_is_consistent(chat):
     llm = ScriptedLLM()
-    agent = mhlp.LLMProposer(llm, llm)
+    agent = mhlp.LLMProposer(llm, llm, chat=chat)
     theta, record = mhlp.mh_step(agent, llm, "Hi.", {"question": "ok?", "answer": "yes"}, beta=100,
                                  meta_prompt="meta", rng=np.random.default_rng(0))
     expected = mhlp.log_acceptance(record["log_prior_old"], record["log_prior_new"], record["log_lik_old"],
                                    record["log_lik_new"], record["log_q_forward"], record["log_q_reverse"], 100)
     assert record["log_alpha"] == pytest.approx(expected)
-    assert record["proposal"] == "Be careful." and record["log_prior_new"] == pytest.approx(-0.1 * 12)
+    prior_text = "Be careful." if chat else " Be careful."  # a chat reply has no leading space
+    assert record["proposal"] == "Be careful." and record["log_prior_new"] == pytest.approx(-0.1 * len(prior_text))
+    # forward proposal = the rewrite (+ the closing tag in plain text), scored by the proposer
+    assert record["log_q_forward"] == pytest.approx(-0.1 * len("Be careful." + ("" if chat else mhlp.CLOSE_TAG)))
     assert theta == ("Be careful." if record["accepted"] else "Hi.")
+    assert llm.chat_flags == {chat}  # every generation and score used the same formatting
+
+
+def test_prompt_accuracies_pick_the_best_prompt():
+    llm = ScriptedLLM()
+    examples = [{"question": "a?", "answer": "yes"}, {"question": "b?", "answer": "yes"}]
+    assert mhlp.prompt_accuracies(llm, ["Hi.", "Be careful."], examples, 8).tolist() == [0.0, 1.0]
+
+
+def test_predictive_reports_the_parsed_fraction():
+    llm = ScriptedLLM()  # "Hi." answers no, "Be careful." answers yes
+    probs, rate = mhlp.predictive(llm, ["Hi.", "Be careful."], ["q?"], ["no", "yes"], 1.0, 8, seed=0)
+    assert probs.tolist() == [[0.5, 0.5]] and rate == 1.0
+    probs, rate = mhlp.predictive(llm, ["Hi.", "Be careful.", "Be careful."], ["q?"], ["yes", "maybe"], 1.0, 8, 0)
+    assert probs[0].tolist() == pytest.approx([2 / 3 + 1 / 6, 1 / 6]) and rate == pytest.approx(2 / 3)

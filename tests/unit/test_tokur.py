@@ -89,12 +89,20 @@ def test_epistemic_grows_with_sigma(gpt2):
 
 def test_sigma_calibration_respects_threshold(gpt2):
     projections = tokur.attention_projections(gpt2, rank=4)
-    anchors = [torch.arange(3, 40), torch.arange(50, 90)]
+    anchors = [(torch.arange(3, 20), torch.arange(20, 40)), (torch.arange(50, 60), torch.arange(60, 90))]
     sigma, trace = tokur.calibrate_sigma(gpt2, projections, anchors, threshold=0.01, iterations=8, sigma_max=200.0)
     assert 0 < sigma < 200 and len(trace) == 8
     # binary-search invariant: every probed σ above the answer broke the threshold, the answer itself kept it
     assert all(t["relative_nll_change"] > 0.01 for t in trace if t["sigma"] > sigma)
     assert all(t["relative_nll_change"] <= 0.01 for t in trace if t["sigma"] == sigma)
+
+
+def test_anchor_nll_counts_answer_tokens_only(gpt2):
+    prompt, answer = torch.tensor([5, 17, 42, 8]), torch.tensor([9, 33, 2])
+    with torch.no_grad():
+        logits = gpt2(torch.cat([prompt, answer]).unsqueeze(0)).logits[0].log_softmax(-1)
+    by_hand = -sum(float(logits[len(prompt) - 1 + i, t]) for i, t in enumerate(answer.tolist())) / len(answer)
+    assert tokur.mean_response_nll(gpt2, [(prompt, answer)]) == pytest.approx(by_hand, rel=1e-5)
 
 
 def test_extract_answer_gsm8k_format():

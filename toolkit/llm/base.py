@@ -1,7 +1,8 @@
 """The interface every LLM-in-the-loop technique uses (DeepRAG, MHLP, TokUR, the benchmarks).
 
 - `generate(prompts, ...)` -> completions (text, and token log-probs when the backend has them)
-- `score(prompts, continuations)` -> log-probabilities of *given* continuation text after each prompt
+- `score(prompts, continuations, chat=False)` -> log-probabilities of *given* continuation text after each prompt
+  (with chat=True: as the assistant's reply to the prompt as a user turn, for instruct models)
 - `logits(...)` only where the backend holds the model (local HF)
 A backend lists what it can do in `capabilities`; `require()` turns a missing one into a clear error.
 """
@@ -48,7 +49,9 @@ class LLM:
                  stop: Sequence[str] | None = None, seed: int = 0, chat: bool = False) -> list[Completion]:
         raise ResourceError(f"backend '{self.name}' cannot generate")
 
-    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> list[ScoredText]:
+    def score(self, prompts: Sequence[str], continuations: Sequence[str], chat: bool = False) -> list[ScoredText]:
+        """`chat=True` scores each continuation as the assistant's reply to the prompt sent as a user turn, the
+        same formatting `generate(..., chat=True)` uses."""
         self.require("score", "scoring supplied text")
         return []
 

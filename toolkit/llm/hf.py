@@ -10,7 +10,7 @@ from toolkit.llm.base import LLM, Completion, ScoredText, truncate_at_stop
 
 
 class HFBackend(LLM):
-    capabilities = frozenset({"generate", "score", "logits", "token_logprobs"})
+    capabilities = frozenset({"generate", "score", "chat_score", "logits", "token_logprobs"})
 
     def __init__(self, spec: str, device: str = "cpu", dtype=None, model=None, tokenizer=None, batch_size: int = 8):
         if model is None:
@@ -64,8 +64,8 @@ class HFBackend(LLM):
                           finish_reason="stop" if len(keep) < len(tokens) or cut != text else "length")
 
     @torch.no_grad()
-    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> list[ScoredText]:
-        return [self._score_one(p, c) for p, c in zip(prompts, continuations, strict=True)]
+    def score(self, prompts: Sequence[str], continuations: Sequence[str], chat: bool = False) -> list[ScoredText]:
+        return [self._score_one(self.format(p, chat), c) for p, c in zip(prompts, continuations, strict=True)]
 
     def _score_one(self, prompt: str, continuation: str) -> ScoredText:
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]

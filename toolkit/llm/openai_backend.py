@@ -71,9 +71,12 @@ class OpenAIBackend(LLM):
                                           finish_reason=choice.get("finish_reason") or "stop"))
         return results
 
-    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> list[ScoredText]:
+    def score(self, prompts: Sequence[str], continuations: Sequence[str], chat: bool = False) -> list[ScoredText]:
         """Echo the prompt+continuation with max_tokens=0 and keep the tokens whose text offset falls in the
-        continuation (the vLLM/OpenAI legacy-completions way of scoring supplied text)."""
+        continuation (the vLLM/OpenAI legacy-completions way of scoring supplied text). Chat endpoints return no
+        log-probs of supplied text and the client does not know the server's chat template, so chat=True fails."""
+        self.require("chat_score" if chat else "score", "scoring supplied text in chat format" if chat
+                     else "scoring supplied text")
         scored = []
         for prompt, continuation in zip(prompts, continuations, strict=True):
             response = self._call("completion", {"prompt": prompt + continuation, "max_tokens": 0, "echo": True,

@@ -10,6 +10,9 @@ The system prompt θ is the parameter. One MH step on one training example (x, y
   4. accept iff log U ≤ log α = Δ log prior + β Δ log lik + log q(θ|θ') − log q(θ'|θ).
 Samples are chain[burn_in::thinning] of the chain *including* the initial θ; the posterior predictive is the
 answer frequency over the sampled prompts.
+With `chat=True` (instruct models) every prompt is sent as a user turn through the model's chat template and every
+scored text (response, rewrite, θ under the meta-prompt) is scored as the assistant's reply, so generation and
+scoring see the same formatting.
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ def parse_answer(response: str, pattern: str = ANSWER_PATTERN) -> str | None:
     matches = list(re.finditer(pattern, response))
     if not matches:
         return None
-    return matches[-1].group(1).strip().strip(".,;:!\"'").lower() or None
+    return matches[-1].group(1).strip().strip(".,;:!\"'*").lower() or None
 
 
 def vote_distribution(answers: Sequence[str | None], classes: Sequence[str]) -> np.ndarray:
@@ -132,18 +135,25 @@ def task_prompt(system_prompt: str, question: str) -> str:
 
 
 def gold_loglik(scorer, system_prompt: str, question: str, response: str, gold: str,
-                pattern: str = ANSWER_PATTERN) -> float:
+                pattern: str = ANSWER_PATTERN, chat: bool = False) -> float:
     """log p(gold | x, θ, the model's own reasoning): substitute the gold answer for the last VALUE in the
-    response and score only its tokens. A response without the answer line is a format failure."""
+    response and score only its tokens, as log p(reasoning + gold) − log p(reasoning) of the response text (the
+    space before VALUE goes with the gold answer, as a BPE tokenizer merges it). A response without the answer
+    line is a format failure."""
     matches = list(re.finditer(pattern, response))
     if not matches:
         return FORMAT_FAILURE_LOGLIK
-    prefix = response[:matches[-1].start(1)]
-    return float(scorer.score([task_prompt(system_prompt, question) + prefix], [gold])[0].logprob)
+    reasoning = response[:matches[-1].start(1)].rstrip()
+    answer = response[len(reasoning):matches[-1].start(1)] + gold
+    prompt = task_prompt(system_prompt, question)
+    with_gold, without = scorer.score([prompt, prompt], [reasoning + answer, reasoning], chat=chat)
+    return float(with_gold.logprob - (without.logprob if reasoning else 0.0))
 
 
-def prior_logprob(scorer, system_prompt: str, meta_prompt: str) -> float:
+def prior_logprob(scorer, system_prompt: str, meta_prompt: str, chat: bool = False) -> float:
     """log p(θ) = Σ token log-probs of θ as the answer to the meta-prompt."""
+    if chat:
+        return float(scorer.score([meta_prompt], [system_prompt], chat=True)[0].logprob)
     return float(scorer.score([f"{meta_prompt}\nSystem prompt:"], [" " + system_prompt])[0].logprob)
 
 
@@ -152,13 +162,16 @@ def critique_prompt(question: str, gold: str, response: str) -> str:
             f"Attempted answer: {response}\nFeedback:")
 
 
-def rewrite_prompt(system_prompt: str, question: str, response: str, feedback: str) -> str:
-    """The optimizer prompt; the proposal is the text the proposer writes between the tags."""
+def rewrite_prompt(system_prompt: str, question: str, response: str, feedback: str, chat: bool = False) -> str:
+    """The optimizer prompt; the proposal is the text the proposer writes between the tags (as plain text) or its
+    whole reply (chat, where the reply cannot be started with the open tag)."""
+    ending = ("Reply with the improved system prompt only." if chat
+              else "Improved system prompt:\n<IMPROVED_VARIABLE>")
     return ("You are part of an optimization system that improves text. Rewrite the system prompt below using "
             "the feedback. The new prompt must be at most one short paragraph, generic and applicable to any "
             "question, and must not include formatting instructions for the last line.\n\n"
             f"System prompt: {system_prompt}\nQuestion: {question}\nModel response: {response}\n"
-            f"Feedback: {feedback}\n\nImproved system prompt:\n<IMPROVED_VARIABLE>")
+            f"Feedback: {feedback}\n\n{ending}")
 
 
 CLOSE_TAG = "</IMPROVED_VARIABLE>"
@@ -175,28 +188,32 @@ class LLMProposer:
     max_prompt_tokens: int = 64
     seed: int = 0
     calls: int = 0
+    chat: bool = False
 
     def respond(self, system_prompt: str, question: str) -> str:
         self.calls += 1
         return self.task.generate([task_prompt(system_prompt, question)], max_new_tokens=self.max_response_tokens,
-                                  temperature=self.temperature, seed=self.seed + self.calls)[0].text
+                                  temperature=self.temperature, seed=self.seed + self.calls, chat=self.chat)[0].text
 
     def _optimizer_prompt(self, system_prompt: str, question: str, gold: str, response: str) -> str:
         feedback = self.proposer.generate([critique_prompt(question, gold, response)],
                                           max_new_tokens=self.max_response_tokens,
-                                          temperature=0.0, stop=["\n\n"])[0].text.strip()
-        return rewrite_prompt(system_prompt, question, response, feedback)
+                                          temperature=0.0, stop=["\n\n"], chat=self.chat)[0].text.strip()
+        return rewrite_prompt(system_prompt, question, response, feedback, self.chat)
 
     def propose(self, system_prompt: str, question: str, gold: str, response: str) -> Proposal:
         forward_prompt = self._optimizer_prompt(system_prompt, question, gold, response)
         self.calls += 1
         new = self.proposer.generate([forward_prompt], max_new_tokens=self.max_prompt_tokens,
-                                     temperature=self.temperature, stop=[CLOSE_TAG], seed=self.seed + self.calls)
+                                     temperature=self.temperature, stop=[CLOSE_TAG], seed=self.seed + self.calls,
+                                     chat=self.chat)
         new_prompt = new[0].text.strip() or system_prompt
         new_response = self.respond(new_prompt, question)
         reverse_prompt = self._optimizer_prompt(new_prompt, question, gold, new_response)
+        # the plain-text proposal ends at the closing tag; a chat reply ends with the turn
+        close = "" if self.chat else CLOSE_TAG
         log_q_forward, log_q_reverse = (s.logprob for s in self.proposer.score(
-            [forward_prompt, reverse_prompt], [new_prompt + CLOSE_TAG, system_prompt + CLOSE_TAG]))
+            [forward_prompt, reverse_prompt], [new_prompt + close, system_prompt + close], chat=self.chat))
         return Proposal(new_prompt, float(log_q_forward), float(log_q_reverse), {"response": new_response})
 
 
@@ -206,10 +223,11 @@ def mh_step(proposer: LLMProposer, scorer, theta: str, example: dict, beta: floa
     question, gold = example["question"], str(example["answer"])
     response = proposer.respond(theta, question)
     proposal = proposer.propose(theta, question, gold, response)
-    old_lik = gold_loglik(scorer, theta, question, response, gold, pattern)
-    new_lik = gold_loglik(scorer, proposal.state, question, proposal.info["response"], gold, pattern)
-    old_prior, new_prior = prior_logprob(scorer, theta, meta_prompt), prior_logprob(scorer, proposal.state,
-                                                                                    meta_prompt)
+    chat = proposer.chat
+    old_lik = gold_loglik(scorer, theta, question, response, gold, pattern, chat)
+    new_lik = gold_loglik(scorer, proposal.state, question, proposal.info["response"], gold, pattern, chat)
+    old_prior = prior_logprob(scorer, theta, meta_prompt, chat)
+    new_prior = prior_logprob(scorer, proposal.state, meta_prompt, chat)
     log_alpha = log_acceptance(old_prior, new_prior, old_lik, new_lik, proposal.log_q_forward,
                                proposal.log_q_reverse, beta)
     ok = accept(log_alpha, float(rng.uniform(0.0, 1.0)))
@@ -220,11 +238,26 @@ def mh_step(proposer: LLMProposer, scorer, theta: str, example: dict, beta: floa
 
 
 def predictive(task, prompts: Sequence[str], questions: Sequence[str], classes: Sequence[str],
-               temperature: float, max_tokens: int, seed: int, pattern: str = ANSWER_PATTERN) -> np.ndarray:
-    """(n_questions, n_classes) answer frequencies: each sampled prompt answers each question once."""
-    rows = []
+               temperature: float, max_tokens: int, seed: int, pattern: str = ANSWER_PATTERN,
+               chat: bool = False) -> tuple[np.ndarray, float]:
+    """(n_questions, n_classes) answer frequencies, each sampled prompt answering each question once, and the
+    fraction of answers that parsed into a class (the rest voted uniformly)."""
+    rows, parsed = [], 0
     for qi, question in enumerate(questions):
         texts = task.generate([task_prompt(p, question) for p in prompts], max_new_tokens=max_tokens,
-                              temperature=temperature, seed=seed + qi)
-        rows.append(vote_distribution([parse_answer(c.text, pattern) for c in texts], classes))
-    return np.stack(rows)
+                              temperature=temperature, seed=seed + qi, chat=chat)
+        answers = [parse_answer(c.text, pattern) for c in texts]
+        parsed += sum(answer in classes for answer in answers)
+        rows.append(vote_distribution(answers, classes))
+    return np.stack(rows), parsed / max(len(questions) * len(prompts), 1)
+
+
+def prompt_accuracies(task, prompts: Sequence[str], examples: Sequence[dict], max_tokens: int,
+                      pattern: str = ANSWER_PATTERN, chat: bool = False) -> np.ndarray:
+    """Greedy accuracy of each prompt on `examples` (the chain's training examples): picks the single best one."""
+    hits = np.zeros(len(prompts))
+    for example in examples:
+        texts = task.generate([task_prompt(p, example["question"]) for p in prompts], max_new_tokens=max_tokens,
+                              temperature=0.0, chat=chat)
+        hits += [parse_answer(c.text, pattern) == str(example["answer"]) for c in texts]
+    return hits / max(len(examples), 1)

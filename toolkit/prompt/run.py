@@ -19,7 +19,11 @@ class MHLPConfig(BaseConfig):
 
     Defaults follow conf/method/textual_bayes.yaml and mcmc/malangevin.yaml: 20 steps (one example each),
     burn-in 2, thinning 2, 1 chain, β = 100, task temperature 1. Extra chains restart from the initial prompt
-    with their own seeds (the official code rewords it with an LLM first)."""
+    with their own seeds (the official code rewords it with an LLM first).
+
+    Baselines, each answering every evaluation question as many times as there are posterior samples (T as the
+    ensemble, answer frequencies): `single` = the single best prompt (highest greedy accuracy on the chain's
+    training examples among the initial and the sampled prompts), `initial` = the initial prompt."""
 
     task_model: str
     proposer_model: str
@@ -38,6 +42,8 @@ class MHLPConfig(BaseConfig):
     max_prompt_tokens: int = Field(64, ge=1)
     answer_pattern: str = mhlp.ANSWER_PATTERN
     classes: Optional[list[str]] = None  # answer labels; default: the distinct gold answers in the data
+    chat: bool = False  # send prompts through the chat template and score replies as assistant turns (instruct
+    # models; needs a backend with 'chat_score', i.e. a local model)
 
 
 def load_examples(path: str) -> list[dict]:
@@ -56,11 +62,11 @@ def split_examples(rows: list[dict], train_size: int, eval_size: int, seed: int)
     return train, test
 
 
-def check_can_score(llm, role: str) -> None:
+def check_can_score(llm, role: str, chat: bool = False) -> None:
     """Probe once so a server without echo log-probs fails before any sampling, naming the capability."""
-    llm.require("score", f"MHLP ({role}: proposal, prior and likelihood log-probs)")
+    llm.require("chat_score" if chat else "score", f"MHLP ({role}: proposal, prior and likelihood log-probs)")
     try:
-        llm.score(["Question:"], [" yes"])
+        llm.score(["Question:"], [" yes"], chat=chat)
     except ResourceError as exc:
         raise ResourceError(f"{role} backend '{llm.name}' cannot score supplied text (capability 'score': "
                             f"log-probs of given text), which MHLP needs", exc.hint) from None
@@ -89,15 +95,16 @@ def run_mhlp(config: MHLPConfig, ctx) -> dict:
     task = load_llm(config.task_model, device=ctx.device, dtype=ctx.torch_dtype)
     proposer = (task if config.proposer_model == config.task_model
                 else load_llm(config.proposer_model, device=ctx.device, dtype=ctx.torch_dtype))
-    check_can_score(proposer, "proposer")
-    check_can_score(task, "task")
+    check_can_score(proposer, "proposer", config.chat)
+    check_can_score(task, "task", config.chat)
 
     samples, log_path, accepted = [], ctx.path("chain.jsonl"), []
     with open(log_path, "w") as log:
         for chain in range(config.chains):
             rng = np.random.default_rng(ctx.seed + chain)
             agent = mhlp.LLMProposer(task, proposer, config.temperature, config.max_response_tokens,
-                                     config.max_prompt_tokens, seed=ctx.seed * 1000 + chain * 100_000)
+                                     config.max_prompt_tokens, seed=ctx.seed * 1000 + chain * 100_000,
+                                     chat=config.chat)
             theta, states = config.initial_prompt, [config.initial_prompt]
             for step in ctx.progress(range(config.steps), total=config.steps, description=f"chain {chain}"):
                 theta, record = mhlp.mh_step(agent, task, theta, train[step % len(train)], config.beta,
@@ -113,11 +120,22 @@ def run_mhlp(config: MHLPConfig, ctx) -> dict:
     questions = [r["question"] for r in test]
     labels = [classes.index(r["answer"]) if r["answer"] in classes else -1 for r in test]
     require(all(label >= 0 for label in labels), "an evaluation answer is not among `classes`")
-    ensemble = mhlp.predictive(task, samples, questions, classes, config.temperature, config.max_response_tokens,
-                               ctx.seed, config.answer_pattern)
-    single = mhlp.predictive(task, [config.initial_prompt] * len(samples), questions, classes, config.temperature,
-                             config.max_response_tokens, ctx.seed, config.answer_pattern)
-    rows_out = [uncertainty_row("mhlp", ensemble, labels), uncertainty_row("single", single, labels)]
+    candidates = list(dict.fromkeys([config.initial_prompt, *samples]))
+    train_accuracy = mhlp.prompt_accuracies(task, candidates, train, config.max_response_tokens,
+                                            config.answer_pattern, config.chat)
+    best = candidates[int(np.argmax(train_accuracy))]
+    with open(ctx.path("prompt_accuracy.json"), "w") as f:
+        json.dump([{"prompt": p, "train_accuracy": float(a)} for p, a in zip(candidates, train_accuracy)], f,
+                  indent=1)
+
+    def row(method: str, prompts: list[str]) -> dict:
+        probs, format_rate = mhlp.predictive(task, prompts, questions, classes, config.temperature,
+                                             config.max_response_tokens, ctx.seed, config.answer_pattern,
+                                             config.chat)
+        return {**uncertainty_row(method, probs, labels), "format_rate": format_rate}
+
+    rows_out = [row("mhlp", samples), row("single", [best] * len(samples)),
+                row("initial", [config.initial_prompt] * len(samples))]
     ctx.inputs.update(task_model=config.task_model, proposer_model=config.proposer_model)
     ctx.metrics.update(n_samples=len(samples), acceptance_rate=float(np.mean(accepted)), n_train=len(train),
                        n_eval=len(test), rows=rows_out)

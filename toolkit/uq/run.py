@@ -34,8 +34,10 @@ class TokURConfig(BaseConfig):
     search_iterations: int = Field(10, ge=1)
     sigma_max: float = Field(1.0, gt=0)
     anchor_size: int = Field(8, ge=1)
-    anchor_answer: Literal["solution", "final"] = "solution"  # σ-search text after the prompt: " " + the whole
-    # answer field (GSM8K reasoning) or just the final answer (models trained to answer directly)
+    anchor_data: Optional[str] = None  # GSM8K-format JSONL for the σ search; default: the first `anchor_size`
+    # records of `data`, which are then left out of the evaluation (no evaluated gold answer picks σ)
+    anchor_answer: Literal["solution", "final"] = "solution"  # σ-search answer after the prompt: " " + the whole
+    # answer field (GSM8K reasoning) or just the final answer (models trained to answer directly); its NLL only
     score: Literal["total", "aleatoric", "epistemic"] = "epistemic"
     aggregate: Literal["mean", "sum", "max"] = "mean"
 
@@ -104,15 +106,23 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
     def encode(text: str) -> torch.Tensor:
         return torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
-    prompts = [encode(config.prompt_template.format(question=item["question"])) for item in items]
+    def prompt_ids(item: dict) -> torch.Tensor:
+        return encode(config.prompt_template.format(question=item["question"]))
+
     if config.sigma == "auto":
-        anchors = [encode(config.prompt_template.format(question=item["question"])
-                          + (" " + item["answer"] if config.anchor_answer == "solution" else item["final"]))
-                   for item in items[:config.anchor_size]]
+        if config.anchor_data:
+            anchor_items = load_gsm8k(config.anchor_data, config.anchor_size)
+        else:
+            require(len(items) > config.anchor_size, f"σ search takes the first {config.anchor_size} records as "
+                    "anchors and none would be left to evaluate: pass anchor_data or lower anchor_size")
+            anchor_items, items = items[:config.anchor_size], items[config.anchor_size:]
+        anchors = [(prompt_ids(item), encode(" " + item["answer"] if config.anchor_answer == "solution"
+                                             else item["final"])) for item in anchor_items]
         sigma, trace = tokur.calibrate_sigma(model, projections, anchors, config.nll_threshold,
                                              config.search_iterations, config.sigma_max, ctx.seed)
     else:
         sigma, trace = float(config.sigma), []
+    prompts = [prompt_ids(item) for item in items]
 
     records, correct, scores = [], [], []
     with open(ctx.path("responses.jsonl"), "w") as log:

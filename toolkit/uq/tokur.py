@@ -6,7 +6,8 @@ M perturbed copies of the model, W⁽ᵐ⁾ = W₀ + U_r E⁽ᵐ⁾ on the atten
 vectors of W₀, E ~ N(0, σ²)), teacher-force one generated response. With p_m the next-token distribution of copy m:
   total TU_t = H[mean_m p_m], aleatoric AU_t = mean_m H[p_m], epistemic EU_t = TU_t − AU_t (mutual information).
 The perturbation is applied by forward hooks adding (x Eᵀ) U_rᵀ to a projection's output: no weight copies and
-no M× generation cost. σ is chosen by binary search so the NLL on anchor text changes by at most 1% (the TFB rule).
+no M× generation cost. σ is chosen by binary search so the NLL of held-out anchor answers changes by at most 1%
+(the TFB rule).
 """
 
 from __future__ import annotations
@@ -120,31 +121,31 @@ def token_uncertainty(model: nn.Module, projections: list[Projection], prompt_id
     return decompose(torch.stack(stack))
 
 
-@torch.no_grad()
-def mean_nll(model: nn.Module, sequences: list[torch.Tensor]) -> float:
-    device = next(model.parameters()).device
+def mean_response_nll(model: nn.Module, anchors: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """Mean NLL per answer token of (prompt ids, answer ids) pairs. Only the answer counts: the prompt's tokens
+    (e.g. random operands) are not what the model predicts, and their large NLL would dilute the 1% rule."""
     total, count = 0.0, 0
-    for ids in sequences:
-        ids = ids.unsqueeze(0).to(device)
-        logits = model(ids).logits[0, :-1].float()
-        total += float(nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
-        count += ids.shape[1] - 1
+    for prompt_ids, answer_ids in anchors:
+        log_probs = response_log_probs(model, prompt_ids, answer_ids)
+        total -= float(log_probs.gather(-1, answer_ids.unsqueeze(-1)).sum())
+        count += len(answer_ids)
     return total / max(count, 1)
 
 
-def calibrate_sigma(model: nn.Module, projections: list[Projection], anchors: list[torch.Tensor],
-                    threshold: float = 0.01, iterations: int = 10, sigma_max: float = 1.0, seed: int = 0,
+def calibrate_sigma(model: nn.Module, projections: list[Projection],
+                    anchors: list[tuple[torch.Tensor, torch.Tensor]], threshold: float = 0.01,
+                    iterations: int = 10, sigma_max: float = 1.0, seed: int = 0,
                     draws: int = 2) -> tuple[float, list[dict]]:
-    """Largest σ (binary search) whose mean relative NLL change on the anchors, over `draws` noise draws, is
-    ≤ `threshold`. Returns σ and the search trace."""
-    base = mean_nll(model, anchors)
+    """Largest σ (binary search) whose mean relative change of the answer NLL on the (prompt, answer) anchors,
+    over `draws` noise draws, is ≤ `threshold`. Returns σ and the search trace."""
+    base = mean_response_nll(model, anchors)
 
     def relative_change(sigma: float) -> float:
         generator = torch.Generator().manual_seed(seed)
         changes = []
         for _ in range(draws):
             with perturbed(projections, draw_noise(projections, sigma, generator)):
-                changes.append(abs(mean_nll(model, anchors) - base) / base)
+                changes.append(abs(mean_response_nll(model, anchors) - base) / base)
         return sum(changes) / len(changes)
 
     low, high, trace = 0.0, sigma_max, []
