@@ -124,3 +124,28 @@ def test_obr_gptq_layer_error_is_below_mask_then_rtn():
     obr = obr_quantize(W, hessian, keep, scale, 4, alpha=0.5, mode="gptq")
     rtn = quantize_rows(W * keep, scale, 4)
     assert _layer_error(W, obr, H) < _layer_error(W, rtn, H)
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-9), (torch.float32, 1e-3)])
+def test_conjugate_gradient_solve_matches_cholesky_on_an_ill_conditioned_hessian(dtype, atol):
+    g = torch.Generator().manual_seed(5)
+    X = torch.randn(400, 40, generator=g, dtype=torch.float64) @ torch.diag(torch.logspace(0, 2, 40, dtype=torch.float64))
+    H = (2 * X.T @ X / 400 + 0.01 * torch.eye(40, dtype=torch.float64)).to(dtype)
+    W = torch.randn(12, 40, generator=g, dtype=torch.float64).to(dtype)
+    A = torch.rand(W.shape, generator=g) < 0.5
+    A[0] = False  # a row with nothing to solve
+    exact = restricted_solve(H, A, ~A, W, method="cholesky")
+    iterative = restricted_solve(H, A, ~A, W, method="cg")
+    assert (iterative[~A] == 0).all()
+    assert (iterative - exact).abs().max() <= atol * exact.abs().max()
+
+
+def test_obr_solvers_agree_on_the_layer_loss():
+    W, X, H = _problem(rows=16, columns=64)
+    hessian = damp_hessian(H, 0.01)
+    scale = fit_weight_scale(W, 4).double()
+    keep = W.abs() >= W.abs().median(dim=1, keepdim=True).values
+    by_cg = obr_quantize(W, hessian, keep, scale, 4, alpha=0.5, mode="gptq", solver="cg")
+    by_cholesky = obr_quantize(W, hessian, keep, scale, 4, alpha=0.5, mode="gptq", solver="cholesky")
+    loss = lambda Q: ((X @ (Q - W).T) ** 2).sum().item()  # noqa: E731
+    assert loss(by_cg) == pytest.approx(loss(by_cholesky), rel=1e-6)

@@ -119,7 +119,7 @@ def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
         return gptq(W, hessian, scale, bits, mask=keep, blocksize=config.blocksize), keep, scale
     from toolkit.compress.obr import obr_quantize
 
-    out = obr_quantize(W, hessian, keep, scale, bits, config.alpha, config.mode, config.blocksize)
+    out = obr_quantize(W, hessian, keep, scale, bits, config.alpha, config.mode, config.blocksize, config.solver)
     return out, keep, scale
 
 

@@ -139,7 +139,7 @@ def _solve_rows(H, rhs_full, idx, valid, r0: int, r1: int):
 
 
 def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch.Tensor,
-                     max_bytes: int = 64 * 2**20) -> torch.Tensor:
+                     max_bytes: int = 64 * 2**20, method: str = "cholesky", tol: float | None = None) -> torch.Tensor:
     """Row by row, x_A = H_AA⁻¹ · H_AB · v_B for the row's own column sets A and B (boolean masks, rows × C);
     returns x scattered into a rows × C tensor (zero outside A). Rows are solved in batches: each row's H_AA is
     gathered, padded with an identity to the batch's largest |A|, and factored by one batched Cholesky."""
@@ -148,6 +148,8 @@ def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch
     if not A.any() or not B.any():
         return out
     rhs_full = (V.to(H.dtype) * B) @ H  # row c: Σ_{b∈B_c} v_cb H[b, :]  (H symmetric)
+    if method == "cg":
+        return masked_conjugate_gradient(H, A, rhs_full * A, tol)
     idx, valid = _padded_indices(A)
     width = idx.shape[1]
     chunk = max(1, max_bytes // max(1, width * width * H.element_size()))
@@ -157,3 +159,35 @@ def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch
         for r0, x, ids in pool.map(lambda r0: _solve_rows(H, rhs_full, idx, valid, r0, min(r0 + chunk, rows)), starts):
             out[r0:r0 + x.shape[0]].scatter_(1, ids, x)
     return out
+
+
+def masked_conjugate_gradient(H: torch.Tensor, A: torch.Tensor, rhs: torch.Tensor, tol: float | None = None,
+                              max_iter: int | None = None) -> torch.Tensor:
+    """All rows at once, x_A = H_AA⁻¹ rhs_A by Jacobi-preconditioned conjugate gradients: one (rows × C) @ (C × C)
+    GEMM per iteration instead of a Cholesky of every row's H_AA, which is what makes OBR's cost close to GPTQ's on
+    wide layers. Rows stop once ‖r‖ ≤ tol·‖rhs‖ (default 1e-4 in float32, 1e-10 in float64); exact arithmetic would
+    finish in |A| steps, so max_iter defaults to C."""
+    tol = tol if tol is not None else (1e-10 if H.dtype == torch.float64 else 1e-4)
+    mask = A.to(H.dtype)
+    inverse_diagonal = mask / torch.diag(H).unsqueeze(0)
+    x = torch.zeros_like(rhs)
+    residual = rhs.clone()
+    z = residual * inverse_diagonal
+    direction = z.clone()
+    rz = (residual * z).sum(dim=1, keepdim=True)
+    target = (tol * rhs.norm(dim=1, keepdim=True)).square()
+    active = residual.square().sum(dim=1, keepdim=True) > target
+    for _ in range(max_iter or H.shape[0]):
+        if not active.any():
+            break
+        Hd = (direction @ H) * mask
+        curvature = (direction * Hd).sum(dim=1, keepdim=True)
+        step = torch.where(active, rz / torch.where(active, curvature, 1.0), 0.0)
+        x += step * direction
+        residual -= step * Hd
+        z = residual * inverse_diagonal
+        rz_next = (residual * z).sum(dim=1, keepdim=True)
+        direction = z + torch.where(active, rz_next / torch.where(active, rz, 1.0), 0.0) * direction
+        rz = rz_next
+        active = active & (residual.square().sum(dim=1, keepdim=True) > target)
+    return x
