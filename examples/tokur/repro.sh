@@ -21,8 +21,9 @@ $PY - "$OUT" <<'PYEOF'
 import json, sys
 out = sys.argv[1]
 metrics = json.load(open(f"{out}/run.json"))["metrics"]
+rows = [{**row, "method": row["selection"]} for row in metrics["rows"]]  # gates.py looks rows up by "method"
 results = {"auroc": metrics["auroc"], "auroc_by_score": metrics["auroc_by_score"], "sigma": metrics["sigma"],
-           "n_questions": metrics["n_questions"], "rows": metrics["rows"]}
+           "n_questions": metrics["n_questions"], "rows": rows}
 json.dump(results, open(f"{out}/results.json", "w"), indent=2)
 print(f"sigma {metrics['sigma']:.4g}  AUROC(uncertainty -> error): " +
       "  ".join(f"{k} {v:.3f}" for k, v in metrics["auroc_by_score"].items()))
