@@ -79,8 +79,8 @@ def load_items(config: VideoMathQAConfig) -> tuple[list[dict], Path, Path]:
     require_fields(rows, FIELDS, annotation)
     rows = [validate_row(row, annotation) for row in rows]
     if config.limit:
-        keep = list(dict.fromkeys(row["question_id"] for row in rows))[:config.limit]
-        rows = [row for row in rows if row["question_id"] in set(keep)]
+        keep = set(list(dict.fromkeys(row["question_id"] for row in rows))[:config.limit])
+        rows = [row for row in rows if row["question_id"] in keep]
     if config.task == "mbin":
         rows = [pair for row in rows for pair in (vm.binary_pairs(row) if len(row["options"]) == 5 else [row])]
     elif any(len(row["options"]) != 5 for row in rows):
@@ -131,8 +131,8 @@ def run_videomathqa(config: VideoMathQAConfig, ctx) -> dict:
         frames, subtitle_text = item_inputs(row, config, videos, subtitles, model.sees_images)
         prompt = vm.build_prompt(row["question"], row["options"], config.cot, subtitle_text)
         response = model.ask(prompt, frames, max_new_tokens=max_tokens)
-        record = {key: row.get(key) for key in ("question_id", "videoID", "category", "length", "answer", "pair")}
-        record["reasoning_type"] = row.get("reasoning_type")
+        record = {key: row[key] for key in ("question_id", "videoID", "category", "length", "answer", "pair",
+                                            "reasoning_type") if key in row}
         record["response"] = response
         if config.cot:
             letter, record["extractor_ok"] = vm.cot_letter(response, row["options"], row["answer"], extract, rng)
