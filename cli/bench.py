@@ -35,13 +35,13 @@ def videomathqa(
     device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
     overwrite: OverwriteOpt = False,
 ) -> None:
-    from toolkit.bench.videomathqa_run import VideoMathQAConfig, run_videomathqa
+    from toolkit.bench.videomathqa_run import VideoMathQAConfig, plan_videomathqa, run_videomathqa
 
     execute(technique="bench.videomathqa", config_cls=VideoMathQAConfig,
             flags={"model": model, "data": data, "task": task, "cot": cot, "subtitles": subtitles,
                    "frame_num": frame_num, "judge_model": judge_model, "extractor_model": extractor_model,
                    "limit": limit},
-            common=Common.of(locals()), run=run_videomathqa, inputs={"data": data})
+            common=Common.of(locals()), run=run_videomathqa, plan=plan_videomathqa, inputs={"data": data})
 
 
 @app.command("mmsearch", help="MMSearch-Plus: decrypt the official rows, run the search agent in the paper's "
@@ -62,12 +62,12 @@ def mmsearch(
     device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
     overwrite: OverwriteOpt = False,
 ) -> None:
-    from toolkit.bench.mmsearch_run import MMSearchConfig, run_mmsearch
+    from toolkit.bench.mmsearch_run import MMSearchConfig, plan_mmsearch, run_mmsearch
 
     execute(technique="bench.mmsearch", config_cls=MMSearchConfig,
             flags={"model": model, "data": data, "search": search, "modes": mode or None, "max_rounds": max_rounds,
                    "judge_model": judge_model, "limit": limit},
-            common=Common.of(locals()), run=run_mmsearch, inputs={"data": data})
+            common=Common.of(locals()), run=run_mmsearch, plan=plan_mmsearch, inputs={"data": data})
 
 
 @app.command("fixtures", help="Write the synthetic VideoMathQA and MMSearch-Plus data (official formats) to --out.",

@@ -156,3 +156,12 @@ def test_mmsearch_bad_input_exits_2(cli, data_dir, tmp_path, case):
         result = cli(["bench", "mmsearch", "-m", f"openai:m@{url}", *args, "-o", tmp_path / "out"])
     assert result.exit_code == 2, result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_dry_runs_plan_without_a_model(cli, data_dir):
+    vmqa = cli(["bench", "videomathqa", "-m", "zoo:absent", "-d", data_dir / "videomathqa", "--task", "mbin",
+                "--dry-run"])
+    assert vmqa.exit_code == 0 and json.loads(vmqa.stdout)["plan"]["rows"] == 24
+    mms = cli(["bench", "mmsearch", "-m", "zoo:absent", "-d", data_dir / "mmsearch", "--mode", "no_search",
+               "--dry-run"])
+    assert mms.exit_code == 0 and json.loads(mms.stdout)["plan"]["runs"] == 5

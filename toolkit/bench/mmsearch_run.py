@@ -127,6 +127,14 @@ def mode_table(records: list[dict]) -> dict:
     return table
 
 
+def plan_mmsearch(config: MMSearchConfig, ctx) -> dict:
+    """--dry-run: decrypts the rows (so a wrong canary shows up now) and counts the work."""
+    tasks = load_tasks(config)
+    return {"tasks": len(tasks), "modes": config.modes, "runs": len(tasks) * len(config.modes),
+            "images": sum(len(task["images"]) for task in tasks), "search": config.search,
+            "judge": config.judge_model or "exact-match"}
+
+
 def run_mmsearch(config: MMSearchConfig, ctx) -> dict:
     from toolkit.bench.vision import ModelPool, VisionModel
 

@@ -93,12 +93,11 @@ def random_wrong_letter(answer: str, n_options: int, rng: np.random.Generator) -
 
 
 def cot_letter(response: str, options: list[str], answer: str, extract: Callable[[str], str],
-               rng: np.random.Generator) -> tuple[str, bool]:
-    """(letter, extractor succeeded); the letter then goes through extract_characters_regex as upstream."""
-    choice = parse_extracted_letter(extract(extraction_prompt(options, response)), len(options))
-    if choice is None:
-        return random_wrong_letter(answer, len(options), rng), False
-    return choice, True
+               rng: np.random.Generator) -> tuple[str, str]:
+    """(letter, the extractor's reply); the letter then goes through extract_characters_regex as upstream."""
+    reply = extract(extraction_prompt(options, response))
+    choice = parse_extracted_letter(reply, len(options))
+    return (choice if choice is not None else random_wrong_letter(answer, len(options), rng)), reply
 
 
 # ---- step-wise CoT judge ----

@@ -111,6 +111,15 @@ def item_inputs(row: dict, config: VideoMathQAConfig, videos: Path, subtitles: P
                                               config.frame_num)
 
 
+def plan_videomathqa(config: VideoMathQAConfig, ctx) -> dict:
+    """--dry-run: the items that would be asked, without loading a model or decoding video."""
+    rows, videos, subtitles = load_items(config)
+    return {"rows": len(rows), "questions": len({row["question_id"] for row in rows}), "video_dir": str(videos),
+            "subtitle_dir": str(subtitles) if config.subtitles else None,
+            "max_new_tokens": config.max_new_tokens or (8096 if config.cot else 16),
+            "step_judge": config.judge_model if config.cot else None}
+
+
 def run_videomathqa(config: VideoMathQAConfig, ctx) -> dict:
     from toolkit.bench.vision import ModelPool, VisionModel
 
@@ -135,7 +144,9 @@ def run_videomathqa(config: VideoMathQAConfig, ctx) -> dict:
                                             "reasoning_type") if key in row}
         record["response"] = response
         if config.cot:
-            letter, record["extractor_ok"] = vm.cot_letter(response, row["options"], row["answer"], extract, rng)
+            letter, record["extractor_reply"] = vm.cot_letter(response, row["options"], row["answer"], extract, rng)
+            record["extractor_ok"] = vm.parse_extracted_letter(record["extractor_reply"], len(row["options"])) \
+                is not None
             record["pred_answer"] = vm.extract_characters_regex(letter)
         else:
             record["pred_answer"] = vm.extract_characters_regex(response)
