@@ -128,3 +128,30 @@ def test_bad_inputs_exit_2_with_one_line(cli, zoo, vae, tiny_gpt2_dir, tmp_path)
         assert r.exit_code == 2, (expected, r.exit_code, r.stderr)
         assert expected.lower() in r.stderr.lower(), (expected, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_hf_models_merge_and_reload_with_from_pretrained(cli, tiny_gpt2_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "gpt2-avg"
+    r = cli(["merge", "average", "-m", f"{tiny_gpt2_dir},{tiny_gpt2_dir}", "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    merged = AutoModelForCausalLM.from_pretrained(out / "model")
+    original = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir)
+    assert all(torch.equal(a, b) for a, b in zip(merged.state_dict().values(), original.state_dict().values()))
+    assert merged.config.iclrkit["technique"] == "merge.average"
+
+
+def test_latent_merge_of_hf_models_saves_an_hf_model(cli, tiny_gpt2_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    vae, out = tmp_path / "vae", tmp_path / "merged"
+    pair = f"{tiny_gpt2_dir},{tiny_gpt2_dir}"
+    r = cli(["merge", "latent", "train", "-m", pair, "--stage1-steps", "3", "--stage2-steps", "2", *TINY_VAE,
+             "-o", str(vae)])
+    assert r.exit_code == 0, r.stderr
+    r = cli(["merge", "latent", "run", "--vae", str(vae), "-m", pair, "--interpolation", "slerp", "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    merged = AutoModelForCausalLM.from_pretrained(out / "model")
+    assert merged.config.iclrkit["weight_space_average"][0].endswith("bias")
+    assert all(torch.isfinite(t).all() for t in merged.state_dict().values())

@@ -24,7 +24,7 @@ from toolkit.merge import chunking
 from toolkit.merge.baselines import average, normalise_weights
 from toolkit.merge.common import finish, load_parents, pick_target
 from toolkit.merge.models import PlainModel, evaluate, load_for_merge, parse_model_list
-from toolkit.merge.projection import project
+from toolkit.merge.projection import is_linear_chain, project
 from toolkit.merge.vae import LossWeights, VAEShape, WeightVAE, learning_rate, stage_loss, stage_parameters
 
 PAPER = "https://openreview.net/forum?id=VSDV0SWwOC"
@@ -81,8 +81,8 @@ def laid_out(model: PlainModel, target: PlainModel | None, align: bool) -> dict[
     if target is None or model is target:
         return model.state
     same = all(model.state[n].shape == t.shape for n, t in target.state.items())
-    if same and not align:
-        return model.state
+    if same and not (align and is_linear_chain(target.state)):
+        return model.state  # unit matching is defined for MLPs; other same-size families merge as they are
     return project(model.state, target.state, align=align)
 
 

@@ -28,6 +28,14 @@ def linear_chain(state: dict[str, torch.Tensor]) -> list[tuple[str, str | None]]
     return chain
 
 
+def is_linear_chain(state: dict[str, torch.Tensor]) -> bool:
+    try:
+        linear_chain(state)
+    except BadInputError:
+        return False
+    return True
+
+
 def _take(matrix: torch.Tensor, index: torch.Tensor, dim: int) -> torch.Tensor:
     """Rows/columns of `matrix` picked by `index` (-1 = a zero row/column)."""
     safe = index.clamp(min=0)
