@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# LS-Merge on the digits merge zoo: writes runs/repro-merge-latent/results.json and prints the table (~15 min on
+# one core of a shared 2-core machine; tiny matmuls run single-threaded because extra threads only spin there).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export OMP_NUM_THREADS=1
+BIN=.venv/bin/iclrkit
+R=runs/repro-merge-latent
+EX=examples/merge-latent
+mkdir -p "$R/merges"
+Q="-q"
+
+$BIN $Q merge zoo --config $EX/zoo.yaml -o $R/zoo --overwrite > /dev/null
+Z=$R/zoo/models
+$BIN $Q merge latent train -m $Z --target $Z/w64-s0-5to9 --config $EX/vae.yaml -o $R/vae --overwrite > /dev/null
+
+merge_pair () {  # pair-name model-A model-B same-size(yes|no)
+  local P=$R/merges/$1 A=$Z/$2 B=$Z/$3
+  mkdir -p "$P"
+  if [ "$4" = yes ]; then
+    $BIN $Q merge average -m $A,$B -o $P/average --overwrite > /dev/null
+  else
+    $BIN $Q merge padded -m $A,$B --target $B -o $P/padded_average --overwrite > /dev/null
+  fi
+  $BIN $Q merge padded -m $A,$B --target $B --align -o $P/unit-matched_average --overwrite > /dev/null
+  $BIN $Q merge latent run --vae $R/vae -m $A,$B -o $P/latent --overwrite > /dev/null
+  $BIN $Q merge latent run --vae $R/vae -m $A,$B --code full -o $P/latent_full_code --overwrite > /dev/null
+  $BIN $Q merge latent run --vae $R/vae -m $A,$B --weights 1,0 -o $P/latent_lambda0_control --overwrite > /dev/null
+}
+
+merge_pair shared-init-64+64 w64-s0-0to4 w64-s0-5to9 yes
+merge_pair independent-init-64+64 w64-s1-0to4 w64-s0-5to9 yes
+merge_pair mixed-width-32+64 w32-s2-0to4 w64-s0-5to9 no
+P=$R/merges/shared-init-64+64
+$BIN $Q merge task-arithmetic -m $Z/w64-s0-0to4,$Z/w64-s0-5to9 --base $Z/w64-s0-backbone -o $P/task_arithmetic --overwrite > /dev/null
+$BIN $Q merge ties -m $Z/w64-s0-0to4,$Z/w64-s0-5to9 --base $Z/w64-s0-backbone -o $P/ties --overwrite > /dev/null
+
+.venv/bin/python $EX/collect.py $R
