@@ -1,7 +1,8 @@
 """MHLP repro, part 1: the exact check — a scripted proposer over 8 prompts with a known posterior ∝ p(θ)·L(θ)^β;
 part 2: a scripted calibration task — 12 prompts that each answer deterministically (right on a prompt-specific
 subset of questions), one training example per MH step as in MHLP; the posterior ensemble's answer frequencies vs the
-single best prompt. Part 2 is a synthetic stand-in: no LLM is involved (the smollm2 run did not fit the CPU budget).
+single best prompt. Part 2 is synthetic (no LLM); repro.sh then runs the issue's smollm2 check and keeps these rows
+as "*-synthetic".
 """
 
 import argparse

@@ -134,8 +134,10 @@ def run_mhlp(config: MHLPConfig, ctx) -> dict:
                                              config.chat)
         return {**uncertainty_row(method, probs, labels), "format_rate": format_rate}
 
-    rows_out = [row("mhlp", samples), row("single", [best] * len(samples)),
-                row("initial", [config.initial_prompt] * len(samples))]
+    rows_out = [row("mhlp", samples), row("single", [best] * len(samples))]
+    # the initial prompt's row is the single row again when it is the best prompt (same prompts, same seeds)
+    rows_out.append({**rows_out[1], "method": "initial"} if best == config.initial_prompt
+                    else row("initial", [config.initial_prompt] * len(samples)))
     ctx.inputs.update(task_model=config.task_model, proposer_model=config.proposer_model)
     ctx.metrics.update(n_samples=len(samples), acceptance_rate=float(np.mean(accepted)), n_train=len(train),
                        n_eval=len(test), rows=rows_out)
