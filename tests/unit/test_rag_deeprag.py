@@ -199,3 +199,15 @@ def test_qa_loaders_hotpot_nq_plain_and_bad_input(tmp_path):
         path.write_text(bad)
         with pytest.raises(BadInputError):
             load_qa(path)
+
+
+def test_benchmark_pretraining_text_holds_only_known_facts_and_copyable_reading(kb):
+    from toolkit.rag.synthetic import entity_names, entity_pools, parametric_examples, reading_examples
+
+    texts = "\n".join(parametric_examples(kb))
+    assert all((f.subquery in texts) == (f in kb.known) for f in kb.facts)
+    pools = entity_pools({"film": 5, "person": 5, "city": 4, "country": 3}, seed=1, exclude=entity_names(kb))
+    assert not entity_names(kb) & {n for names in pools.values() for n in names}
+    for example in reading_examples(50, pools, passages=2, seed=0):
+        context, answer = example.rsplit(" ", 1)[0], example.rsplit("\n", 1)[1].split(":", 1)[1].strip()
+        assert answer in context and "Context: [1]" in example and "[2]" in example

@@ -70,8 +70,6 @@ class TrainConfig(BaseConfig):
     batch_size: int = Field(4, ge=1)
     max_length: int = Field(1024, ge=16)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
-    instruction: str = INSTRUCTION
-    few_shot: str = ""
 
 
 class RunConfig(BaseConfig):
@@ -88,6 +86,7 @@ class RunConfig(BaseConfig):
     batch_size: int = Field(8, ge=1)
     instruction: str = INSTRUCTION
     few_shot: str = ""
+    passage_words: Optional[int] = Field(None, ge=1)  # cut each retrieved passage to its first N words
     limit: Optional[int] = Field(None, ge=1)
     dataset_name: Optional[str] = None  # the name in results.json rows; default: the data file's stem
 
@@ -95,8 +94,13 @@ class RunConfig(BaseConfig):
 # ---------------------------------------------------------------- retrieval
 
 
-def make_retrieve(index: str, items: list[QAItem], top_k: int):
-    """A per-item function subquery -> rendered passages."""
+def make_retrieve(index: str, items: list[QAItem], top_k: int, passage_words: int | None = None):
+    """A per-item function subquery -> rendered passages (cut to `passage_words` words when given)."""
+    def render(passage) -> str:
+        text = passage.render()
+        return " ".join(text.split()[:passage_words]) if passage_words else text
+
+
     from toolkit.rag.retrieval import build_index, load_index
 
     if index == "contexts":
@@ -108,12 +112,12 @@ def make_retrieve(index: str, items: list[QAItem], top_k: int):
             if item.id not in cache:
                 cache[item.id] = build_index(item.contexts, "bm25")
             retriever = cache[item.id]
-            return lambda q: [p.render() for p, _ in retriever.search([q], top_k)[0]]
+            return lambda q: [render(p) for p, _ in retriever.search([q], top_k)[0]]
 
         return for_item
     require(Path(index).is_dir(), f"index directory not found: {index}")
     retriever = load_index(index)
-    shared = lambda q: [p.render() for p, _ in retriever.search([q], top_k)[0]]  # noqa: E731
+    shared = lambda q: [render(p) for p, _ in retriever.search([q], top_k)[0]]  # noqa: E731
     return lambda item: shared
 
 
@@ -274,7 +278,7 @@ def run_train(config: TrainConfig, ctx) -> dict:
 
 def run_run(config: RunConfig, ctx) -> dict:
     items = load_qa(config.data, config.limit)
-    retrieve_for = make_retrieve(config.index, items, config.top_k)
+    retrieve_for = make_retrieve(config.index, items, config.top_k, config.passage_words)
     llm = load_llm_for(config.model, ctx, config.batch_size)
     dataset = config.dataset_name or Path(config.data).stem
     item_retrieve = {item.id: retrieve_for(item) for item in items}

@@ -153,25 +153,41 @@ def entity_names(kb: KnowledgeBase) -> set[str]:
 
 
 def parametric_examples(kb: KnowledgeBase) -> list[str]:
-    """What the base model is fine-tuned on: the known half of the facts, as single-hop QA."""
-    return [f"Question: {f.subquery}\nAnswer: {f.object}" for f in kb.facts if f in kb.known]
+    """What the base model is fine-tuned on: the known half of the facts, as single-hop QA and as a step."""
+    return [text for f in kb.facts if f in kb.known
+            for text in (f"Question: {f.subquery}\nAnswer: {f.object}",
+                         f"{FOLLOW} {f.subquery}\n{INTERMEDIATE} {f.object}")]
 
 
-def reading_examples(pool: KnowledgeBase, n: int, passages: int = 3, seed: int = 0) -> list[str]:
-    """Reading comprehension over a *different* KB (so no KB fact leaks into the model): the gold statement among
+KINDS = {"director": ("film", "person"), "birthplace": ("person", "city"), "country": ("city", "country")}
+
+
+def entity_pools(sizes: dict[str, int], seed: int = 0, exclude: set[str] | None = None) -> dict[str, list[str]]:
+    """Made-up names per entity kind (film, person, city, country), none in `exclude`."""
+    rng, taken = random.Random(seed), set(exclude or ())
+    makers = {"film": lambda: f"{_name(rng, 2)} {rng.choice(NOUNS)}", "person": lambda: f"{_name(rng, 2)} {_name(rng, 3)}",
+              "city": lambda: _name(rng, 3), "country": lambda: _name(rng, 2) + "ia"}
+    return {kind: _unique(rng, makers[kind], n, taken) for kind, n in sizes.items()}
+
+
+def reading_examples(n: int, pools: dict[str, list[str]], passages: int = 2, seed: int = 0) -> list[str]:
+    """Reading comprehension over random pairings of pool entities (a new pairing every example, so the only skill
+    that helps is copying from the context, and no KB fact leaks into the model): the gold statement among
     distractors of the same relation, rendered the way retrieval renders passages."""
     from toolkit.rag.trace import render_context
 
     rng = random.Random(seed)
-    by_relation: dict[str, list[Fact]] = {}
-    for fact in pool.facts:
-        by_relation.setdefault(fact.relation, []).append(fact)
     examples = []
     for _ in range(n):
-        fact = rng.choice(pool.facts)
-        others = [f for f in by_relation[fact.relation] if f != fact]
-        docs = [fact] + rng.sample(others, min(passages - 1, len(others)))
-        rng.shuffle(docs)
-        context = render_context([f"{d.subject}: {d.statement}" for d in docs])
-        examples.append(f"{context}\nQuestion: {fact.subquery}\nAnswer: {fact.object}")
+        relation = rng.choice(list(RELATIONS))
+        subject_kind, object_kind = KINDS[relation]
+        subjects = rng.sample(pools[subject_kind], passages)
+        facts = [Fact(relation, subject, rng.choice(pools[object_kind])) for subject in subjects]
+        gold = facts[0]
+        rng.shuffle(facts)
+        context = render_context([f"{f.subject}: {f.statement}" for f in facts])
+        if rng.random() < 0.5:
+            examples.append(f"{context}\nQuestion: {gold.subquery}\nAnswer: {gold.object}")
+        else:  # the same skill in the step format, after a retrieve decision
+            examples.append(f"{FOLLOW} {gold.subquery}\n{SEARCH}\n{context}\n{INTERMEDIATE} {gold.object}")
     return examples
