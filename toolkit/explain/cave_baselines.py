@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from toolkit.explain.cave import Backbone, as_tensor_images, split_accuracy
+from toolkit.explain.cave import Backbone, as_tensor_images, log, split_accuracy
 
 
 class Cnn2d(nn.Module):
@@ -35,13 +35,16 @@ def train_cnn(images: torch.Tensor, labels: torch.Tensor, n_classes: int, featur
     generator = torch.Generator().manual_seed(seed)
     model = Cnn2d(feature_dim, n_classes, width)
     optimiser = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in progress(range(epochs), total=epochs, description="2D CNN baseline"):
+    for epoch in progress(range(epochs), total=epochs, description="2D CNN baseline"):
         model.train()
+        total = 0.0
         for batch in torch.randperm(len(images), generator=generator).split(batch_size):
             loss = F.cross_entropy(model(images[batch]), labels[batch])
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
+            total += loss.item() * len(batch)
+        log.info("2D CNN epoch %d: loss %.4f", epoch + 1, total / len(images))
     return model.eval()
 
 

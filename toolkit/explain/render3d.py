@@ -117,7 +117,7 @@ def _part(legacy, subdivisions: int, rotate_xyz=(0.0, 0.0, 0.0), translate=(0.0,
     return np.asarray(legacy.vertices), np.asarray(legacy.triangles)
 
 
-def _box(w, h, d, centre, subdivisions=2):
+def _box(w, h, d, centre, subdivisions=1):
     import open3d as o3d
 
     box = o3d.geometry.TriangleMesh.create_box(w, h, d)
@@ -125,10 +125,10 @@ def _box(w, h, d, centre, subdivisions=2):
     return _part(box, subdivisions, translate=centre)
 
 
-def _cylinder(radius, length, centre, rotate_xyz, subdivisions=1):
+def _cylinder(radius, length, centre, rotate_xyz, subdivisions=0):
     import open3d as o3d
 
-    return _part(o3d.geometry.TriangleMesh.create_cylinder(radius, length, resolution=16, split=2), subdivisions,
+    return _part(o3d.geometry.TriangleMesh.create_cylinder(radius, length, resolution=12, split=1), subdivisions,
                  rotate_xyz, centre)
 
 
@@ -149,41 +149,41 @@ def _car() -> PartMesh:
         "cabin": _box(0.9, 0.45, 0.85, (-0.35, 0.45, 0.0)),
         "wheels": _cylinder(0.28, 1.12, (0.6, -0.35, 0.0), (0, 0, 0)),
         "rear_wheels": _cylinder(0.28, 1.12, (-0.6, -0.35, 0.0), (0, 0, 0)),
-        "lights": _box(0.08, 0.18, 0.7, (1.03, 0.05, 0.0), 1),
+        "lights": _box(0.08, 0.18, 0.7, (1.03, 0.05, 0.0), 0),
     })
 
 
 def _house() -> PartMesh:
     import open3d as o3d
 
-    roof = o3d.geometry.TriangleMesh.create_cone(radius=1.05, height=0.8, resolution=4, split=3)
+    roof = o3d.geometry.TriangleMesh.create_cone(radius=1.05, height=0.8, resolution=4, split=2)
     return _merge({
         "walls": _box(1.4, 1.0, 1.4, (0.0, -0.3, 0.0)),
         "roof": _part(roof, 1, (-90.0, 45.0, 0.0), (0.0, 0.2, 0.0)),
-        "chimney": _box(0.22, 0.6, 0.22, (0.4, 0.6, 0.35), 1),
-        "door": _box(0.35, 0.6, 0.06, (-0.3, -0.5, 0.72), 1),
+        "chimney": _box(0.22, 0.6, 0.22, (0.4, 0.6, 0.35), 0),
+        "door": _box(0.35, 0.6, 0.06, (-0.3, -0.5, 0.72), 0),
     })
 
 
 def _mug() -> PartMesh:
     import open3d as o3d
 
-    handle = o3d.geometry.TriangleMesh.create_torus(0.32, 0.08, radial_resolution=16, tubular_resolution=8)
+    handle = o3d.geometry.TriangleMesh.create_torus(0.32, 0.08, radial_resolution=10, tubular_resolution=6)
     return _merge({
         "cup": _cylinder(0.55, 1.3, (0.0, 0.0, 0.0), (90.0, 0, 0)),
         "handle": _part(handle, 0, (0.0, 0.0, 0.0), (0.62, 0.0, 0.0)),
-        "logo": _box(0.06, 0.45, 0.4, (-0.56, 0.1, 0.0), 1),
+        "logo": _box(0.06, 0.45, 0.4, (-0.56, 0.1, 0.0), 0),
     })
 
 
 def _plane() -> PartMesh:
     import open3d as o3d
 
-    nose = o3d.geometry.TriangleMesh.create_cone(radius=0.22, height=0.45, resolution=16, split=2)
+    nose = o3d.geometry.TriangleMesh.create_cone(radius=0.22, height=0.45, resolution=12, split=1)
     return _merge({
         "fuselage": _cylinder(0.22, 2.0, (0.0, 0.0, 0.0), (0.0, 90.0, 0.0)),
         "wings": _box(0.55, 0.06, 2.2, (0.15, 0.0, 0.0)),
-        "tail": _box(0.35, 0.55, 0.06, (-0.85, 0.35, 0.0), 1),
+        "tail": _box(0.35, 0.55, 0.06, (-0.85, 0.35, 0.0), 0),
         "nose": _part(nose, 0, (0.0, 90.0, 0.0), (1.0, 0.0, 0.0)),
     })
 
