@@ -75,12 +75,16 @@ def latent_train(models: ModelsOpt = None, target: TargetOpt = None,
 @latent_app.command("run", help="Merge models by interpolating their VAE codes and decoding.",
                     epilog="Examples: iclrkit merge latent run --vae runs/vae -m a,b -o merged | "
                            "iclrkit merge latent run --vae runs/vae -m small,big --target big --weights 0.3,0.7 "
-                           "--interpolation slerp -o merged")
+                           "--interpolation slerp -o merged | iclrkit merge latent run --vae runs/vae -m a,b "
+                           "--no-residual -o pure")
 def latent_run(models: ModelsOpt = None,
                vae: Annotated[Optional[str], typer.Option(help="VAE directory from `merge latent train`.")] = None,
                weights: WeightsOpt = None, target: TargetOpt = None,
                interpolation: Annotated[Optional[str], typer.Option(help="linear | slerp.")] = None,
                code: Annotated[Optional[str], typer.Option(help="compact (stage 2) | full (stage 1).")] = None,
+               residual: Annotated[Optional[bool], typer.Option(
+                   "--residual/--no-residual", help="Add back each parent's exact VAE reconstruction residual "
+                                                    "(default on; --no-residual: the pure decoded merge).")] = None,
                out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
                device: DeviceOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
                overwrite: OverwriteOpt = False) -> None:
@@ -88,7 +92,8 @@ def latent_run(models: ModelsOpt = None,
 
     _run("merge.latent", LatentMergeConfig, run_merge,
          {"models": models, "vae": vae, "weights": _or_fail(_weights, weights), "target": target,
-          "interpolation": interpolation, "code": code}, Common.of(locals()), models, vae, target)
+          "interpolation": interpolation, "code": code, "residual": residual}, Common.of(locals()), models, vae,
+         target)
 
 
 @app.command("average", help="Weight averaging of same-size models.",

@@ -19,7 +19,8 @@ for run in sorted(root.glob("merges/*/*/run.json")):
             rows.append({"pair": pair, "method": name, "acc_task_a": round(p["acc_task_a"], 2),
                          "acc_task_b": round(p["acc_task_b"], 2), "acc_union": round(p["acc_union"], 2)})
 order = ["parent A", "parent B", "average", "padded average", "unit-matched average", "task arithmetic", "ties",
-         "latent", "latent full code", "latent lambda0 control"]
+         "latent", "latent full code", "latent slerp", "latent pure", "latent pure full code",
+         "latent pure lambda0 control"]
 rows.sort(key=lambda r: (r["pair"], order.index(r["method"]) if r["method"] in order else 99))
 vae = json.loads((root / "vae" / "run.json").read_text())["metrics"]
 results = {"rows": rows, "vae_recon_rel_err": vae["vae_recon_rel_err"],
@@ -27,7 +28,7 @@ results = {"rows": rows, "vae_recon_rel_err": vae["vae_recon_rel_err"],
            round(json.loads((root / "vae" / "run.json").read_text())["duration_s"], 1),
            "zoo": json.loads((root / "zoo" / "run.json").read_text())["metrics"]["models"]}
 (root / "results.json").write_text(json.dumps(results, indent=2))
-print(f"{'pair':<22} {'method':<24} {'task A':>7} {'task B':>7} {'union':>7}")
+print(f"{'pair':<22} {'method':<28} {'task A':>7} {'task B':>7} {'union':>7}")
 for r in rows:
-    print(f"{r['pair']:<22} {r['method']:<24} {r['acc_task_a']:>7.1f} {r['acc_task_b']:>7.1f} {r['acc_union']:>7.1f}")
+    print(f"{r['pair']:<22} {r['method']:<28} {r['acc_task_a']:>7.1f} {r['acc_task_b']:>7.1f} {r['acc_union']:>7.1f}")
 print("VAE relative L2 reconstruction error:", json.dumps(results["vae_recon_rel_err"]))

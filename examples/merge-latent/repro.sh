@@ -7,6 +7,7 @@ export OMP_NUM_THREADS=1
 BIN=.venv/bin/iclrkit
 R=runs/repro-merge-latent
 EX=examples/merge-latent
+rm -rf "$R/merges"  # no stale rows from earlier runs
 mkdir -p "$R/merges"
 Q="-q"
 
@@ -23,9 +24,16 @@ merge_pair () {  # pair-name model-A model-B same-size(yes|no)
     $BIN $Q merge padded -m $A,$B --target $B -o $P/padded_average --overwrite > /dev/null
   fi
   $BIN $Q merge padded -m $A,$B --target $B --align -o $P/unit-matched_average --overwrite > /dev/null
+  # latent = the shipped default (reconstruction-residual corrected); latent_pure = the paper's decode alone
   $BIN $Q merge latent run --vae $R/vae -m $A,$B -o $P/latent --overwrite > /dev/null
+  $BIN $Q merge latent run --vae $R/vae -m $A,$B --no-residual -o $P/latent_pure --overwrite > /dev/null
   $BIN $Q merge latent run --vae $R/vae -m $A,$B --code full -o $P/latent_full_code --overwrite > /dev/null
-  $BIN $Q merge latent run --vae $R/vae -m $A,$B --weights 1,0 -o $P/latent_lambda0_control --overwrite > /dev/null
+  $BIN $Q merge latent run --vae $R/vae -m $A,$B --code full --no-residual -o $P/latent_pure_full_code \
+    --overwrite > /dev/null
+  $BIN $Q merge latent run --vae $R/vae -m $A,$B --interpolation slerp -o $P/latent_slerp --overwrite > /dev/null
+  # parent A alone through the VAE (pure decode): what the VAE's reconstruction alone does
+  $BIN $Q merge latent run --vae $R/vae -m $A,$B --weights 1,0 --no-residual -o $P/latent_pure_lambda0_control \
+    --overwrite > /dev/null
 }
 
 merge_pair shared-init-64+64 w64-s0-0to4 w64-s0-5to9 yes

@@ -63,6 +63,23 @@ def test_latent_merge_across_widths_end_to_end(cli, zoo, vae, tmp_path):
     merged = load_for_merge(str(out / "model"))
     assert merged.arch["sizes"] == [64, 8, 8, 10]
     assert merged.metadata["weight_space_average"] == ["layers.0.bias", "layers.1.bias", "layers.2.bias"]
+    assert merged.metadata["residual"] is True
+
+
+def test_latent_merge_residual_flag_end_to_end(cli, zoo, vae, tmp_path):
+    from toolkit.merge.models import load_for_merge
+
+    a, b = zoo / "w8-s0-0to4", zoo / "w8-s0-5to9"
+    states = {}
+    for flag in ("--residual", "--no-residual"):
+        out = tmp_path / flag.strip("-")
+        r = cli(["merge", "latent", "run", "--vae", str(vae), "-m", f"{a},{b}", "--weights", "1,0", flag,
+                 "-o", str(out)])
+        assert r.exit_code == 0, r.stderr
+        states[flag] = load_for_merge(str(out / "model")).state
+    parent = load_for_merge(str(a)).state
+    assert all(torch.equal(states["--residual"][n], parent[n]) for n in parent)
+    assert not torch.allclose(states["--no-residual"]["layers.0.weight"], parent["layers.0.weight"], atol=1e-4)
 
 
 def test_weight_space_baselines_end_to_end(cli, zoo, tmp_path):

@@ -9,7 +9,7 @@ import torch
 
 from toolkit.merge import baselines, chunking
 from toolkit.merge.digits import DigitsMLP
-from toolkit.merge.latent import decode, encode, interpolate, slerp
+from toolkit.merge.latent import decode, encode, interpolate, latent_merge, slerp
 from toolkit.merge.projection import project, weight_matching
 from toolkit.merge.vae import (
     LossWeights,
@@ -104,19 +104,19 @@ def trained_toy():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    _, chunks = _toy_data()
+    models, chunks = _toy_data()
     model = WeightVAE(VAEShape(chunk=64, window=4, d_model=32, heads=2, encoder_layers=1, decoder_layers=1,
                                latent_dim=64, compression=2))
     before = [_rel_err(model, c, 1) for c in chunks]
     _train(model, chunks, 1, 250)
     stage1 = [_rel_err(model, c, 1) for c in chunks]
     _train(model, chunks, 2, 150)
-    yield model, chunks, before, stage1
+    yield model, chunks, before, stage1, [m.state_dict() for m in models]
     torch.set_num_threads(threads)
 
 
 def test_vae_reconstruction_improves_with_training(trained_toy):
-    model, chunks, before, stage1 = trained_toy
+    model, chunks, before, stage1, _ = trained_toy
     assert max(stage1) < 0.5 * min(before)
     stage2 = [_rel_err(model, c, 2) for c in chunks]
     assert max(stage2) < min(before)
@@ -132,7 +132,7 @@ def test_stage_two_freezes_the_encoder():
 
 
 def test_merging_a_model_with_itself_returns_it(trained_toy):
-    model, chunks, _, stage1 = trained_toy
+    model, chunks, _, stage1, _ = trained_toy
     chunked = chunks[0]
     code = encode(model, chunked, 1, "cpu")
     merged_code = interpolate([code, code], [0.5, 0.5], "linear")
@@ -142,6 +142,33 @@ def test_merging_a_model_with_itself_returns_it(trained_toy):
     merged = decode(model, merged_code, chunked, chunked.means, chunked.stds, 1, "cpu")
     assert all(torch.allclose(merged[n], decoded_once[n], atol=1e-5) for n in merged)
     assert _rel_err(model, chunked, 1) < 0.25 and _rel_err(model, chunked, 2) < 0.5
+
+
+def _merge(model, states, weights, residual, stage=2, how="linear"):
+    return latent_merge(model, states, weights, 64, ["bias"], stage, how, residual, "cpu")[0]
+
+
+def test_residual_correction_makes_self_merge_and_endpoints_exact(trained_toy):
+    model, _, _, _, states = trained_toy
+    a, b = states[0], states[1]
+    for merged in (_merge(model, [a, a], [0.5, 0.5], True), _merge(model, [a, b], [1.0, 0.0], True)):
+        assert all(torch.equal(merged[n], a[n]) for n in a)
+    # without the correction the lossy stage-2 code does not give the parent back
+    pure = _merge(model, [a, b], [1.0, 0.0], False)
+    assert not torch.allclose(pure["layers.0.weight"], a["layers.0.weight"], atol=1e-3)
+    assert torch.equal(pure["layers.0.bias"], a["layers.0.bias"])  # excluded tensors: weight space
+
+
+def test_residual_correction_against_the_definition(trained_toy):
+    model, _, _, _, states = trained_toy
+    weights = [0.3, 0.7]
+    merged = _merge(model, states[:2], weights, True)
+    pure = _merge(model, states[:2], weights, False)
+    alone = [_merge(model, [s, s], [0.5, 0.5], False) for s in states[:2]]  # decode(encode(W_i))
+    for name in ("layers.0.weight", "layers.1.weight", "layers.2.weight"):
+        expected = pure[name].double() + sum(w * (s[name].double() - d[name].double())
+                                             for w, s, d in zip(weights, states, alone))
+        assert torch.allclose(merged[name].double(), expected, atol=1e-5), name
 
 
 def test_slerp_against_the_closed_form():

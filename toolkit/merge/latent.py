@@ -6,6 +6,11 @@ Pipeline: project every model into one layout (projection.py) -> layer-aware chu
 the two-stage weight VAE (vae.py) -> interpolate the posterior means -> decode -> reassemble the state dict.
 Tensors the paper keeps out of the VAE (names containing bias / norm / ln) are averaged in weight space; the merged
 model's metadata says so.
+
+Residual correction (`residual`, ours, not in the paper): the decoder's error on each parent is known exactly,
+r_i = W_i - decode(encode(W_i)), so the merge returns decode(z_merge) + Σ_i λ_i r_i. This equals the weight-space
+average of the (projected) parents plus the latent term decode(z_merge) - Σ_i λ_i decode(z_i): what interpolating in
+the latent space changes relative to interpolating the weights, with the VAE's reconstruction loss removed.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ class LatentMergeConfig(BaseConfig):
     target: str | None = Field(None, description="Layout to decode into (default: the VAE's training target, "
                                                  "else the largest parent).")
     align: bool | None = Field(None, description="Match units to the target first (default: as in training).")
+    residual: bool = Field(True, description="Add back each parent's exact reconstruction residual "
+                                             "W_i - decode(encode(W_i)), weighted by λ_i (false: the pure decode).")
 
 
 # ------------------------------------------------------------------ data
@@ -289,6 +296,40 @@ def interpolate(codes: list[torch.Tensor], weights: list[float], how: str) -> to
 
 
 # ------------------------------------------------------------------ merge
+def residual_corrected(merged: dict[str, torch.Tensor], originals: list[dict[str, torch.Tensor]],
+                       reconstructions: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
+    """decode(z_merge) + Σ λ_i (W_i - decode(z_i)), summed as Σ λ_i W_i + (decode(z_merge) - Σ λ_i decode(z_i)) so that
+    a model merged with itself, or λ = (1, 0, ...), comes back bit-exact."""
+    out = {}
+    for name, tensor in merged.items():
+        average_weights = sum(w * o[name] for w, o in zip(weights, originals))
+        average_decoded = sum(w * r[name] for w, r in zip(weights, reconstructions))
+        out[name] = average_weights + (tensor - average_decoded)
+    return out
+
+
+def latent_merge(model: WeightVAE, states: list[dict[str, torch.Tensor]], weights: list[float], chunk: int,
+                 exclude: list[str], stage: int, interpolation: str, residual: bool, device: str,
+                 check=None) -> tuple[dict[str, torch.Tensor], int]:
+    """Merge same-layout state dicts through the VAE: (merged state dict, code size per model).
+
+    Tensors the VAE does not encode are averaged in weight space; `check(index, chunked)` may reject a layout."""
+    encoded = [chunking.chunk_state(s, chunk, exclude) for s in states]
+    for index, chunked in enumerate(encoded):
+        if check is not None:
+            check(index, chunked)
+    codes = [encode(model, c, stage, device) for c in encoded]
+    means = sum(w * c.means for w, c in zip(weights, encoded))
+    stds = sum(w * c.stds for w, c in zip(weights, encoded))
+    decoded = decode(model, interpolate(codes, weights, interpolation), encoded[0], means, stds, stage, device)
+    if residual:
+        reconstructions = [decode(model, z, c, c.means, c.stds, stage, device) for z, c in zip(codes, encoded)]
+        decoded = residual_corrected(decoded, states, reconstructions, weights)
+    outside = average([{n: s[n] for n in s if n not in decoded} for s in states], weights) \
+        if len(decoded) < len(states[0]) else {}
+    return {n: decoded[n] if n in decoded else outside[n] for n in states[0]}, int(codes[0].numel())
+
+
 def run_merge(config: LatentMergeConfig, ctx) -> None:
     torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU (measured 50x slower)
     model, meta = load_vae(config.vae, ctx.device)
@@ -303,18 +344,12 @@ def run_merge(config: LatentMergeConfig, ctx) -> None:
     if stage not in meta["stages"]:
         raise BadInputError(f"the VAE has no stage-{stage} code", hint="use --set code=full")
     states = [laid_out(p, target, align) for p in parents]
-    encoded = [chunking.chunk_state(s, meta["shape"]["chunk"], meta["exclude"]) for s in states]
-    for parent, chunked in zip(parents, encoded):
-        check_layout(chunked, meta, parent.source)
-    codes = [encode(model, c, stage, ctx.device) for c in encoded]
-    code = interpolate(codes, weights, config.interpolation)
-    means = sum(w * c.means for w, c in zip(weights, encoded))
-    stds = sum(w * c.stds for w, c in zip(weights, encoded))
-    decoded = decode(model, code, encoded[0], means, stds, stage, ctx.device)
-    outside = average([{n: s[n] for n in s if n not in decoded} for s in states], weights) \
-        if len(decoded) < len(states[0]) else {}
-    state = {n: decoded[n] if n in decoded else outside[n] for n in states[0]}
+    state, code_size = latent_merge(model, states, weights, meta["shape"]["chunk"], meta["exclude"], stage,
+                                    config.interpolation, config.residual, ctx.device,
+                                    check=lambda i, chunked: check_layout(chunked, meta, parents[i].source))
     finish(ctx, parents, target, state, "merge.latent", PAPER,
            {"vae": str(config.vae), "weights": weights, "interpolation": config.interpolation, "code": config.code,
-            "align": align, "target": target.source, "weight_space_average": sorted(outside)})
-    ctx.metrics["code_size_per_model"] = int(codes[0].numel())
+            "align": align, "target": target.source, "residual": config.residual,
+            "weight_space_average": sorted(n for n, t in states[0].items()
+                                           if not (t.is_floating_point() and chunking.is_encoded(n, meta["exclude"])))})
+    ctx.metrics["code_size_per_model"] = code_size
