@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# make repro-prism: memorise a small MUSE-News subset with a zoo GPT-2, unlearn it with GA / NPO / RMU / PRISM (and
+# PRISM ablations), evaluate, attack; writes runs/repro-prism/results.json and prints the table. Sizes: RESULTS.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p runs/repro-prism
+.venv/bin/python examples/prism/bench.py --out runs/repro-prism "$@"
