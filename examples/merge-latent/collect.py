@@ -27,8 +27,16 @@ results = {"rows": rows, "vae_recon_rel_err": vae["vae_recon_rel_err"],
            "vae_reconstruction": vae["reconstruction"], "vae_train_seconds":
            round(json.loads((root / "vae" / "run.json").read_text())["duration_s"], 1),
            "zoo": json.loads((root / "zoo" / "run.json").read_text())["metrics"]["models"]}
+if (root / "cnn-vae" / "run.json").is_file():
+    cnn = json.loads((root / "cnn-vae" / "run.json").read_text())
+    results.update({"cnn_vae_recon_rel_err": cnn["metrics"]["vae_recon_rel_err"],
+                    "cnn_vae_reconstruction": cnn["metrics"]["reconstruction"],
+                    "cnn_vae_train_seconds": round(cnn["duration_s"], 1),
+                    "cnn_zoo": json.loads((root / "cnn-zoo" / "run.json").read_text())["metrics"]["models"]})
 (root / "results.json").write_text(json.dumps(results, indent=2))
 print(f"{'pair':<22} {'method':<28} {'task A':>7} {'task B':>7} {'union':>7}")
 for r in rows:
     print(f"{r['pair']:<22} {r['method']:<28} {r['acc_task_a']:>7.1f} {r['acc_task_b']:>7.1f} {r['acc_union']:>7.1f}")
 print("VAE relative L2 reconstruction error:", json.dumps(results["vae_recon_rel_err"]))
+if "cnn_vae_recon_rel_err" in results:
+    print("CNN VAE relative L2 reconstruction error:", json.dumps(results["cnn_vae_recon_rel_err"]))

@@ -172,3 +172,25 @@ def test_latent_merge_of_hf_models_saves_an_hf_model(cli, tiny_gpt2_dir, tmp_pat
     merged = AutoModelForCausalLM.from_pretrained(out / "model")
     assert merged.config.iclrkit["weight_space_average"][0].endswith("bias")
     assert all(torch.isfinite(t).all() for t in merged.state_dict().values())
+
+
+def test_cnn_zoo_merges_at_equal_width_and_refuses_unit_matching(cli, tmp_path):
+    zoo_dir = tmp_path / "cnn"
+    r = cli(["merge", "zoo", "--set", "kind=cnn", "--set", "widths=[4]", "--set", "seeds=[0]",
+             "--set", "backbone_epochs=1", "--set", "finetune_epochs=1", "-o", str(zoo_dir)])
+    assert r.exit_code == 0, r.stderr
+    models = zoo_dir / "models"
+    pair = f"{models / 'c4-s0-0to4'},{models / 'c4-s0-5to9'}"
+    r = cli(["merge", "average", "-m", pair, "-o", str(tmp_path / "avg"), "--json"])
+    assert r.exit_code == 0, r.stderr
+    metrics = json.loads(r.stdout)["metrics"]
+    assert {"acc_union", "acc_task_a", "acc_task_b"} <= set(metrics) and 0 <= metrics["acc_union"] <= 100
+    from toolkit.merge.digits import net_from_state
+    from toolkit.merge.models import load_for_merge
+
+    merged = load_for_merge(str(tmp_path / "avg" / "model"))
+    assert merged.family == "digits-cnn" and net_from_state(merged.family, merged.arch, merged.state)(
+        torch.zeros(3, 64)).shape == (3, 10)
+    r = cli(["merge", "padded", "-m", pair, "--target", str(models / "c4-s0-5to9"), "--align",
+             "-o", str(tmp_path / "aligned")])
+    assert r.exit_code == 2 and "linear layers" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -1,4 +1,4 @@
-"""The merge zoo: small MLPs on scikit-learn's bundled digits, trained in seconds on CPU.
+"""The merge zoo: small MLPs and CNNs on scikit-learn's bundled digits, trained in seconds on CPU.
 
 Each zoo model is a backbone trained on all ten classes, then fine-tuned on a sub-task (a subset of classes); snapshots
 along the fine-tuning trajectory give the weight VAE a dense set of checkpoints to learn from.
@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import torch
 from pydantic import Field
@@ -35,10 +36,33 @@ class DigitsMLP(nn.Module):
         return self.layers[-1](x)
 
 
-def mlp_from_state(sizes: list[int], state: dict[str, torch.Tensor]) -> DigitsMLP:
-    net = DigitsMLP(sizes)
+class DigitsCNN(nn.Module):
+    """`depth` 3x3 ReLU convolutions with `channels` channels on the 8x8 image, 2x2 average pooling, a linear head."""
+
+    def __init__(self, channels: int, depth: int = 2):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(1 if i == 0 else channels, channels, 3, padding=1) for i in range(depth))
+        self.head = nn.Linear(channels * 16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.view(-1, 1, 8, 8)
+        for conv in self.convs:
+            x = torch.relu(conv(x))
+        return self.head(nn.functional.avg_pool2d(x, 2).flatten(1))
+
+
+FAMILIES = {"digits-mlp": lambda arch: DigitsMLP(arch["sizes"]),
+            "digits-cnn": lambda arch: DigitsCNN(arch["channels"], arch["depth"])}
+
+
+def net_from_state(family: str, arch: dict, state: dict[str, torch.Tensor]) -> nn.Module:
+    net = FAMILIES[family](arch)
     net.load_state_dict(state)
     return net.eval()
+
+
+def mlp_from_state(sizes: list[int], state: dict[str, torch.Tensor]) -> DigitsMLP:
+    return net_from_state("digits-mlp", {"sizes": sizes}, state)
 
 
 @lru_cache(maxsize=1)
@@ -94,6 +118,7 @@ class ZooMember:
 
     width: int
     seed: int
+    kind: Literal["mlp", "cnn"] = "mlp"
 
 
 def build_zoo(out: Path, members: list[ZooMember], tasks: dict[str, list[int]], depth: int = 2,
@@ -102,40 +127,46 @@ def build_zoo(out: Path, members: list[ZooMember], tasks: dict[str, list[int]], 
     records = []
     for member in (progress or (lambda it, **_: it))(members, description="digits zoo"):
         torch.manual_seed(member.seed)
-        sizes = [64] + [member.width] * depth + [10]
-        backbone = train(DigitsMLP(sizes), None, backbone_epochs, lr, seed=member.seed)
-        stem = f"w{member.width}-s{member.seed}"
-        records.append(_save(out / f"{stem}-backbone", backbone, sizes, list(range(10)), role="backbone"))
+        family, arch = _architecture(member, depth)
+        backbone = train(FAMILIES[family](arch), None, backbone_epochs, lr, seed=member.seed)
+        stem = f"{'w' if member.kind == 'mlp' else 'c'}{member.width}-s{member.seed}"
+        records.append(_save(out / f"{stem}-backbone", backbone, family, arch, list(range(10)), role="backbone"))
         for task_name, classes in tasks.items():
-            fine = DigitsMLP(sizes)
+            fine = FAMILIES[family](arch)
             fine.load_state_dict(backbone.state_dict())
 
             def snapshot(epoch, net, task_name=task_name, classes=classes):
                 if epoch + 1 < finetune_epochs:
-                    records.append(_save(out / f"{stem}-{task_name}-ep{epoch + 1}", net.eval(), sizes, classes,
-                                         role="snapshot"))
+                    records.append(_save(out / f"{stem}-{task_name}-ep{epoch + 1}", net.eval(), family, arch,
+                                         classes, role="snapshot"))
                     net.train()
 
             train(fine, classes, finetune_epochs, lr, seed=member.seed + 1000, on_epoch=snapshot)
-            records.append(_save(out / f"{stem}-{task_name}", fine, sizes, classes, role="final"))
+            records.append(_save(out / f"{stem}-{task_name}", fine, family, arch, classes, role="final"))
     return records
 
 
-def _save(path: Path, net: DigitsMLP, sizes: list[int], classes: list[int], role: str) -> dict:
-    model = PlainModel(family="digits-mlp", arch={"sizes": sizes}, state={k: v.detach().clone()
-                                                                          for k, v in net.state_dict().items()},
+def _architecture(member: ZooMember, depth: int) -> tuple[str, dict]:
+    if member.kind == "cnn":
+        return "digits-cnn", {"channels": member.width, "depth": depth}
+    return "digits-mlp", {"sizes": [64] + [member.width] * depth + [10]}
+
+
+def _save(path: Path, net: nn.Module, family: str, arch: dict, classes: list[int], role: str) -> dict:
+    model = PlainModel(family=family, arch=arch, state={k: v.detach().clone() for k, v in net.state_dict().items()},
                        task={"dataset": DIGITS, "classes": classes})
     save_plain(model, path, metadata={"role": role})
-    return {"name": path.name, "width": sizes[1], "classes": classes, "role": role,
+    return {"name": path.name, "width": arch.get("channels") or arch["sizes"][1], "classes": classes, "role": role,
             "acc_task": accuracy_on(net, classes), "acc_union": accuracy_on(net)}
 
 
 class DigitsZooConfig(BaseConfig):
-    """The merge zoo: digits MLPs of several widths and inits, each fine-tuned on every sub-task."""
+    """The merge zoo: digits MLPs (or CNNs) of several widths and inits, each fine-tuned on every sub-task."""
 
-    widths: list[int] = Field([64, 64, 32], description="Hidden width of each backbone (one entry per member).")
+    kind: Literal["mlp", "cnn"] = Field("mlp", description="mlp: 64-h-...-10 MLPs; cnn: 3x3 conv stacks + linear head.")
+    widths: list[int] = Field([64, 64, 32], description="Hidden width (MLP) or channels (CNN) of each backbone.")
     seeds: list[int] = Field([0, 1, 2], description="Init seed of each backbone (same length as widths).")
-    depth: int = Field(2, ge=1, description="Hidden layers per MLP.")
+    depth: int = Field(2, ge=1, description="Hidden layers per MLP / convolutions per CNN.")
     tasks: dict[str, list[int]] = Field({"0to4": [0, 1, 2, 3, 4], "5to9": [5, 6, 7, 8, 9]},
                                         description="Sub-task name -> digit classes it is fine-tuned on.")
     backbone_epochs: int = Field(3, ge=1, description="Epochs on all ten classes for each backbone.")
@@ -150,7 +181,7 @@ def run_zoo(config: DigitsZooConfig, ctx) -> None:
     require(all(0 <= c <= 9 for classes in config.tasks.values() for c in classes) and config.tasks,
             "tasks must map names to digit classes 0-9")
     torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU (measured 50x slower)
-    members = [ZooMember(w, s) for w, s in zip(config.widths, config.seeds)]
+    members = [ZooMember(w, s, config.kind) for w, s in zip(config.widths, config.seeds)]
     records = build_zoo(ctx.path("models"), members, config.tasks, config.depth, config.backbone_epochs,
                         config.finetune_epochs, config.lr, progress=ctx.progress)
     ctx.path("zoo.json").write_text(json.dumps(records, indent=2))

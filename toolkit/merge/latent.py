@@ -263,7 +263,7 @@ def reconstruction_report(model: WeightVAE, parents: list[PlainModel], encoded: 
         for name, tensor in original.items():
             err_sq += float((decoded[name].double() - tensor.double()).pow(2).sum())
             ref_sq += float(tensor.double().pow(2).sum())
-        if parent.family == "digits-mlp" and all(parent.state[n].shape == t.shape for n, t in original.items()):
+        if parent.family.startswith("digits-") and all(parent.state[n].shape == t.shape for n, t in original.items()):
             rebuilt = PlainModel(parent.family, parent.arch, {**parent.state, **decoded})
             drops.append(evaluate(parent, None, None)["acc_union"] - evaluate(rebuilt, None, None)["acc_union"])
     report = {"rel_err": math.sqrt(err_sq / max(ref_sq, 1e-30))}

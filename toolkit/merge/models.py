@@ -142,12 +142,12 @@ def parse_model_list(models: list[str] | str | None) -> list[str]:
 
 
 def evaluate(model: PlainModel, task_a: list[int] | None, task_b: list[int] | None) -> dict[str, float]:
-    """Digits accuracies (percent) when the model is a digits MLP: on each parent's classes and on all ten."""
-    if model.family != "digits-mlp":
-        return {}
-    from toolkit.merge.digits import accuracy_on, mlp_from_state
+    """Digits accuracies (percent) for digits zoo models: on each parent's classes and on all ten."""
+    from toolkit.merge.digits import FAMILIES, accuracy_on, net_from_state
 
-    net = mlp_from_state(model.arch["sizes"], model.state)
+    if model.family not in FAMILIES:
+        return {}
+    net = net_from_state(model.family, model.arch, model.state)
     scores = {"acc_union": accuracy_on(net)}
     if task_a is not None:
         scores["acc_task_a"] = accuracy_on(net, task_a)
