@@ -102,7 +102,7 @@ def test_fgsm_probe_loss_matches_a_manual_computation():
     adv = torch.nn.functional.cross_entropy(probe(h + 0.01 * grad.sign()), y)
     l1 = probe.weight.abs().sum() + probe.bias.abs().sum()
     expected = ce + 0.4 * adv + 1e-4 * l1
-    assert fgsm_probe_loss(probe, h, y, 0.01, 0.4, 1e-4).item() == pytest.approx(float(expected), rel=1e-6)
+    assert fgsm_probe_loss(probe, h, y, 0.01, 0.4, 1e-4).item() == pytest.approx(expected.item(), rel=1e-6)
 
 
 def test_rmu_loss_by_hand():
