@@ -114,7 +114,7 @@ def cave(
 @app.command("consistency", help="3D consistency (3D-C) of any concept method's attribution maps, projected onto "
                                  "the ground-truth meshes through the dataset's pix_to_face maps.",
              epilog="Examples: iclrkit explain consistency -d runs/cave/dataset.npz "
-                    "--attributions runs/cave/attributions_CAVE.npz --json")
+                    "--attributions runs/cave/attributions_cave.npz --json")
 def consistency(
     data: Annotated[str, typer.Option("--data", "-d", help="Dataset .npz with pix_to_face and meshes.")],
     attributions: Annotated[str, typer.Option("--attributions", "-a", help=".npz with maps (N, D, H, W) and "

@@ -36,7 +36,7 @@ def test_cave_end_to_end_writes_rows_attributions_and_figures(cave_run):
         assert 0 <= row["acc_iid"] <= 1
         assert row["consistency_3d"] is None or 0 <= row["consistency_3d"] <= 1  # None: no concept fired twice
     assert rows["2D CNN + Grad-CAM"]["consistency_3d"] is not None
-    maps = np.load(out / "attributions_CAVE.npz")["maps"]
+    maps = np.load(out / "attributions_cave.npz")["maps"]
     assert maps.shape == (6, 3, 32, 32) and (maps >= 0).all()
     for name in ("dataset.npz", "cave.safetensors", "concept_maps.png", "concepts_on_mesh_cave.png", "run.json"):
         assert (out / name).stat().st_size > 0, name
@@ -44,7 +44,7 @@ def test_cave_end_to_end_writes_rows_attributions_and_figures(cave_run):
 
 def test_consistency_command_reproduces_the_cave_score(cli, cave_run, tmp_path):
     _, out = cave_run
-    r = cli(["explain", "consistency", "-d", out / "dataset.npz", "-a", out / "attributions_CAVE.npz",
+    r = cli(["explain", "consistency", "-d", out / "dataset.npz", "-a", out / "attributions_cave.npz",
              "--out", tmp_path / "c", "--json"])
     assert r.exit_code == 0, r.stderr
     metrics = json.loads(r.stdout)["metrics"]
@@ -56,7 +56,7 @@ def test_consistency_command_reproduces_the_cave_score(cli, cave_run, tmp_path):
 
 def test_consistency_bad_inputs_exit_2(cli, cave_run, tmp_path):
     _, out = cave_run
-    missing = cli(["explain", "consistency", "-d", tmp_path / "nope.npz", "-a", out / "attributions_CAVE.npz"])
+    missing = cli(["explain", "consistency", "-d", tmp_path / "nope.npz", "-a", out / "attributions_cave.npz"])
     assert missing.exit_code == 2 and "not found" in missing.stderr
     bad = tmp_path / "bad.npz"
     np.savez(bad, maps=np.full((1, 1, 32, 32), np.nan), index=np.array([0]))

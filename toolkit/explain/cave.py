@@ -332,9 +332,14 @@ def _dataset(config: CaveConfig, ctx) -> dict:
     return data
 
 
+def method_slug(method: str) -> str:
+    """A file-name form of a method name: 'CAVE' -> 'cave', '2D CNN + Grad-CAM' -> '2d_cnn_grad_cam'."""
+    return "_".join("".join(ch if ch.isalnum() else " " for ch in method.lower()).split())
+
+
 def _save_attributions(ctx, method: str, maps: np.ndarray, index: np.ndarray) -> None:
-    np.savez_compressed(ctx.path(f"attributions_{method}.npz"), maps=maps.astype(np.float32), index=index,
-                        method=np.array(method))
+    np.savez_compressed(ctx.path(f"attributions_{method_slug(method)}.npz"), maps=maps.astype(np.float32),
+                        index=index, method=np.array(method))
 
 
 def _validate(config: CaveConfig) -> None:

@@ -7,6 +7,7 @@ import logging
 
 import numpy as np
 
+from toolkit.explain.cave import method_slug
 from toolkit.explain.consistency import project_to_faces
 from toolkit.explain.render3d import NO_FACE, PartMesh, camera_rays, look_at_camera, raycast
 
@@ -89,5 +90,4 @@ def concept_figures(ctx, data, test, maps_by_method: dict[str, np.ndarray]) -> N
         log.warning("open3d is not installed: concepts_on_mesh.png skipped (pip install open3d-cpu)")
         return
     for method, maps in maps_by_method.items():
-        slug = "".join(ch if ch.isalnum() else "_" for ch in method.lower()).strip("_")
-        mesh_figure(ctx.path(f"concepts_on_mesh_{slug}.png"), data, test, maps)
+        mesh_figure(ctx.path(f"concepts_on_mesh_{method_slug(method)}.png"), data, test, maps)
