@@ -6,7 +6,8 @@ from pathlib import Path
 
 METHODS = {"dense": "FP dense", "rtn-magnitude": "RTN+magnitude", "rtn": "RTN", "wanda-rtn": "Wanda+RTN",
            "sparsegpt-gptq": "SparseGPT+GPTQ", "gptq": "GPTQ", "obr-rtn": "OBR_RTN", "obr-gptq": "OBR_GPTQ",
-           "nf4-bnb": "bitsandbytes-NF4"}
+           "nf4-bnb": "bitsandbytes-NF4", "llmcompressor-sparsegpt+gptq": "llmcompressor-sparsegpt+gptq",
+           "llmcompressor-gptq": "llmcompressor-gptq"}
 
 
 def main(out: Path) -> None:

@@ -32,6 +32,21 @@ def recipe(name: str) -> list:
                               dampening_frac=0.01, block_size=128), gptq]
 
 
+def float_checkpoint(model_dir: Path, scratch: Path) -> str:
+    """The zoo's SmolLM2 config records its GGUF origin as a quantization_config although the weights are float32,
+    which oneshot refuses: link the files into `scratch` with that entry dropped."""
+    config = json.loads((model_dir / "config.json").read_text())
+    if "quantization_config" not in config:
+        return str(model_dir)
+    scratch.mkdir(parents=True, exist_ok=True)
+    for item in model_dir.iterdir():
+        if item.name != "config.json" and not (scratch / item.name).exists():
+            (scratch / item.name).symlink_to(item.resolve())
+    config.pop("quantization_config")
+    (scratch / "config.json").write_text(json.dumps(config, indent=2))
+    return str(scratch)
+
+
 def linear_sparsity(model) -> float:
     zeros = total = 0
     for name, module in model.named_modules():
@@ -47,8 +62,10 @@ def main(model_dir: str, tokens_path: str, name: str, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
+    out.mkdir(parents=True, exist_ok=True)
     tokens = torch.load(tokens_path)
     windows = tokens["calibration"]
+    model_dir = float_checkpoint(Path(model_dir), out / "checkpoint")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     data = Dataset.from_dict({"input_ids": windows.tolist(), "attention_mask": torch.ones_like(windows).tolist()})
     started = time.perf_counter()
@@ -60,7 +77,6 @@ def main(model_dir: str, tokens_path: str, name: str, out: Path) -> None:
     result = perplexity(model, tokens["eval_ids"], max_length=tokens["max_length"], max_windows=tokens["windows"])
     import llmcompressor
 
-    out.mkdir(parents=True, exist_ok=True)
     (out / "run.json").write_text(json.dumps({"technique": f"llmcompressor-{name}", "metrics": {
         "ppl": result["ppl"], "compress_seconds": round(seconds, 3), "sparsity": round(linear_sparsity(model), 4),
         "llmcompressor_version": llmcompressor.__version__}}, indent=2))

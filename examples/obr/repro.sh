@@ -23,6 +23,33 @@ run() {  # run DIR COMMAND...: skip when DIR/run.json exists
   "$@" --out "$dir" > /dev/null
 }
 
+peer() {  # peer DIR MODEL CALIB HELDOUT RECIPE: llm-compressor in its own venv on our exact token ids
+  local dir=$1 model=$2 calib=$3 heldout=$4 recipe=$5
+  if [ -f "$dir/run.json" ]; then return; fi
+  if [ ! -x .venv-bench/bin/python ]; then  # the [bench] extra: llmcompressor pins transformers 5.17
+    python3 -m venv .venv-bench && .venv-bench/bin/pip install -q torch==2.13.0 llmcompressor 2>&1 | grep -v "is ignored" || true
+  fi
+  echo "== $dir" >&2
+  .venv/bin/python - "$model" "$calib" "$heldout" "$NSAMPLES" "$SEQLEN" "$EVAL_WINDOWS" "$OUT/$name-tokens.pt" <<'PYEOF'
+import sys
+
+import torch
+
+from toolkit.data.text import calibration_windows, load_text, tokenize
+from toolkit.models.source import load_model, resolve_model_path
+
+model, calib, heldout, n, seqlen, windows, out = sys.argv[1:8]
+_, tokenizer = load_model(model, "cpu", torch.float32)
+torch.save({"model_dir": str(resolve_model_path(model)),
+            "calibration": calibration_windows(tokenizer, load_text(calib), int(n), int(seqlen), 0),
+            "eval_ids": tokenize(tokenizer, load_text(heldout)), "max_length": 256, "windows": int(windows)}, out)
+PYEOF
+  local model_dir
+  model_dir=$(.venv/bin/python -c "import torch; print(torch.load('$OUT/$name-tokens.pt')['model_dir'])")
+  .venv-bench/bin/python examples/obr/peer_llmcompressor.py "$model_dir" "$OUT/$name-tokens.pt" "$recipe" "$dir" \
+    > "$OUT/$name-peer-$recipe.log" 2>&1
+}
+
 for name in $MODELS; do
   case $name in
     llama-small)
@@ -39,9 +66,10 @@ from toolkit.data.text import embedded_text, split_text
 train, test = split_text(embedded_text(), test_fraction=0.05, seed=0)
 open('$OUT/embedded-train.txt', 'w').write(train); open('$OUT/embedded-heldout.txt', 'w').write(test)"
       SETTINGS="w4a16-s50 w4a4kv4-s50" ;;
-    smollm2-135m)
-      MODEL="zoo:smollm2-135m"; CAL="--nsamples 16 --seqlen 256"; EVAL_WINDOWS=32
-      SETTINGS="w4a4kv4-s50" ;;
+    smollm2-135m)  # the real model; weight-only settings carry the llm-compressor peer rows
+      MODEL="zoo:smollm2-135m"; NSAMPLES=${SMOL_NSAMPLES:-64}; SEQLEN=${SMOL_SEQLEN:-512}; EVAL_WINDOWS=32
+      CAL="--nsamples $NSAMPLES --seqlen $SEQLEN"
+      SETTINGS=${SMOL_SETTINGS:-"w4a16-s50 w4a4kv4-s50 w4a16"} ;;
   esac
   CALIB=$VALID; HELDOUT=$TEST
   [ "$name" = gpt2-small ] && CALIB=$OUT/embedded-train.txt && HELDOUT=$OUT/embedded-heldout.txt
@@ -51,17 +79,26 @@ open('$OUT/embedded-train.txt', 'w').write(train); open('$OUT/embedded-heldout.t
   [ -f "$OUT/$name/w4a16/nf4-bnb/run.json" ] || .venv/bin/python examples/obr/nf4.py "$MODEL" "$HELDOUT" 256 \
     "$EVAL_WINDOWS" "$OUT/$name/w4a16/nf4-bnb" 2> /dev/null
   for setting in $SETTINGS; do
+    METHODS="obr-gptq sparsegpt-gptq wanda-rtn rtn-magnitude obr-rtn"
     case $setting in
       w4a4kv4-s50) Q="--w-bits 4 --a-bits 4 --kv-bits 4"; S="--sparsity 0.5" ;;
       w4a4kv4-2:4) Q="--w-bits 4 --a-bits 4 --kv-bits 4"; S="--nm 2:4" ;;
-      w4a16-s50) Q="--w-bits 4 --a-bits 16 --kv-bits 16"; S="--sparsity 0.5" ;;
+      w4a16-s50) Q="--w-bits 4 --a-bits 16 --kv-bits 16"; S="--sparsity 0.5"
+        [ "$name" = smollm2-135m ] && METHODS="obr-gptq llmcompressor-sparsegpt+gptq sparsegpt-gptq" ;;
+      w4a16) Q="--w-bits 4 --a-bits 16 --kv-bits 16"; S=""; METHODS="gptq llmcompressor-gptq" ;;
     esac
     dir="$OUT/$name/${setting/:/-}"
-    run "$dir/rtn-magnitude" $CLI compress rtn $COMMON $Q $S
-    run "$dir/wanda-rtn" $CLI compress wanda $COMMON $Q $S
-    run "$dir/sparsegpt-gptq" $CLI compress sparsegpt $COMMON $Q $S
-    run "$dir/obr-rtn" $CLI compress obr $COMMON $Q $S --mode rtn
-    run "$dir/obr-gptq" $CLI compress obr $COMMON $Q $S --mode gptq
+    for method in $METHODS; do
+      case $method in
+        rtn-magnitude) run "$dir/$method" $CLI compress rtn $COMMON $Q $S ;;
+        wanda-rtn) run "$dir/$method" $CLI compress wanda $COMMON $Q $S ;;
+        sparsegpt-gptq) run "$dir/$method" $CLI compress sparsegpt $COMMON $Q $S ;;
+        gptq) run "$dir/$method" $CLI compress gptq $COMMON $Q $S ;;
+        obr-rtn) run "$dir/$method" $CLI compress obr $COMMON $Q $S --mode rtn ;;
+        obr-gptq) run "$dir/$method" $CLI compress obr $COMMON $Q $S --mode gptq ;;
+        llmcompressor-*) peer "$dir/$method" "$MODEL" "$CALIB" "$HELDOUT" "${method#llmcompressor-}" ;;
+      esac
+    done
   done
 done
 
