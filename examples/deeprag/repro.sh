@@ -3,7 +3,7 @@
 # honest run of the untrained zoo:smollm2-135m on HotpotQA and NQ. Writes runs/repro-deeprag/results.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-OUT=runs/repro-deeprag
+OUT=${OUT:-runs/repro-deeprag}
 DATA=${DATA:-../shared/data}
 REAL_LIMIT=${REAL_LIMIT:-8}
 PARTS=${PARTS:-"kb real"}  # kb: synthetic-KB benchmark; real: smollm2-135m on HotpotQA + NQ
@@ -16,14 +16,14 @@ stamp() { echo "[deeprag repro] $1 ($(( $(date +%s) - start ))s)" >&2; }
 if [[ " $PARTS " == *" kb "* ]]; then
 rm -rf "$OUT"/{setup,index,synth,trained,eval-kb}
 
-.venv/bin/python examples/deeprag/setup_kb.py --out "$OUT/setup" --epochs "${PRETRAIN_EPOCHS:-3}" >/dev/null
+.venv/bin/python examples/deeprag/setup_kb.py --out "$OUT/setup" --epochs "${PRETRAIN_EPOCHS:-3}" ${SETUP_ARGS:-} >/dev/null
 stamp "base model trained on the known half of the facts"
 "${IK[@]}" rag deeprag index --corpus "$OUT/setup/corpus.jsonl" -o "$OUT/index" >/dev/null
 "${IK[@]}" rag deeprag synth -m "$OUT/setup/base" -d "$OUT/setup/train.jsonl" --index "$OUT/index" \
   --config examples/deeprag/kb.yaml --top-k 1 --set max_new_tokens=8 -o "$OUT/synth" >/dev/null
 stamp "tree-search synthesis"
-"${IK[@]}" rag deeprag train -m "$OUT/setup/base" -d "$OUT/synth" --set sft_lr=5e-4 --set sft_epochs="${SFT_EPOCHS:-20}" \
-  --set dpo_lr=5e-5 --set dpo_epochs="${DPO_EPOCHS:-4}" --set batch_size=8 --set max_length=256 -o "$OUT/trained" >/dev/null
+"${IK[@]}" rag deeprag train -m "$OUT/setup/base" -d "$OUT/synth" --set sft_lr=2e-3 --set sft_epochs="${SFT_EPOCHS:-40}" \
+  --set dpo_lr=5e-6 --set dpo_epochs="${DPO_EPOCHS:-2}" --set batch_size=8 --set max_length=256 -o "$OUT/trained" >/dev/null
 stamp "SFT + DPO"
 "${IK[@]}" rag deeprag run -m "$OUT/trained/model" -d "$OUT/setup/test.jsonl" --index "$OUT/index" \
   --methods deeprag,always,never,single --config examples/deeprag/kb.yaml --top-k 1 --set max_new_tokens=12 \

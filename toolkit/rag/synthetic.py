@@ -153,10 +153,8 @@ def entity_names(kb: KnowledgeBase) -> set[str]:
 
 
 def parametric_examples(kb: KnowledgeBase) -> list[str]:
-    """What the base model is fine-tuned on: the known half of the facts, as single-hop QA and as a step."""
-    return [text for f in kb.facts if f in kb.known
-            for text in (f"Question: {f.subquery}\nAnswer: {f.object}",
-                         f"{FOLLOW} {f.subquery}\n{INTERMEDIATE} {f.object}")]
+    """What the base model is fine-tuned on: the known half of the facts, as single-hop QA."""
+    return [f"Question: {f.subquery}\nAnswer: {f.object}" for f in kb.facts if f in kb.known]
 
 
 KINDS = {"director": ("film", "person"), "birthplace": ("person", "city"), "country": ("city", "country")}
@@ -186,8 +184,5 @@ def reading_examples(n: int, pools: dict[str, list[str]], passages: int = 2, see
         gold = facts[0]
         rng.shuffle(facts)
         context = render_context([f"{f.subject}: {f.statement}" for f in facts])
-        if rng.random() < 0.5:
-            examples.append(f"{context}\nQuestion: {gold.subquery}\nAnswer: {gold.object}")
-        else:  # the same skill in the step format, after a retrieve decision
-            examples.append(f"{FOLLOW} {gold.subquery}\n{SEARCH}\n{context}\n{INTERMEDIATE} {gold.object}")
+        examples.append(f"{context}\nQuestion: {gold.subquery}\nAnswer: {gold.object}")
     return examples
