@@ -6,8 +6,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli._options import (ConfigOpt, DeviceOpt, DryRunOpt, DtypeOpt, JsonOpt, ModelOpt, OutOpt, OverwriteOpt,
-                          SeedOpt, SetOpt)
+from cli._options import (
+    ConfigOpt,
+    DeviceOpt,
+    DryRunOpt,
+    DtypeOpt,
+    JsonOpt,
+    ModelOpt,
+    OutOpt,
+    OverwriteOpt,
+    SeedOpt,
+    SetOpt,
+)
 from cli._runner import Common, execute
 
 app = typer.Typer(no_args_is_help=True, help="Retrieval-augmented generation.")

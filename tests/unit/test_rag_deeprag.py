@@ -11,10 +11,19 @@ from toolkit.rag.qa import QAItem, load_qa
 from toolkit.rag.retrieval import BM25Retriever, Passage, load_index, save_index
 from toolkit.rag.search import NO_INFO, calibration_pairs, tree_search
 from toolkit.rag.synthetic import ScriptedPolicy, build_kb
-pytestmark = pytest.mark.usefixtures("one_thread")
+from toolkit.rag.trace import (
+    CONTEXT,
+    FOLLOW,
+    SEARCH,
+    Step,
+    Trace,
+    extract_final,
+    parse_trace,
+    question_prompt,
+    render_trace,
+)
 
-from toolkit.rag.trace import (CONTEXT, FOLLOW, SEARCH, Step, Trace, extract_final, parse_trace, question_prompt,
-                               render_trace)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

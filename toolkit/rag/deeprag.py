@@ -18,8 +18,17 @@ from toolkit.core.errors import BadInputError, require
 from toolkit.rag import infer
 from toolkit.rag.qa import QAItem, load_qa
 from toolkit.rag.search import calibration_pairs, tree_search
-from toolkit.rag.trace import (FINAL, FOLLOW, INSTRUCTION, Step, Trace, extract_final, question_prompt,
-                               render_context, render_step, render_trace)
+from toolkit.rag.trace import (
+    FOLLOW,
+    INSTRUCTION,
+    Step,
+    Trace,
+    extract_final,
+    question_prompt,
+    render_context,
+    render_step,
+    render_trace,
+)
 
 PAPER = "https://arxiv.org/abs/2502.01142"
 PARAMETRIC_PROMPT = "Question: {subquery}\nAnswer:"

@@ -15,8 +15,17 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from toolkit.rag.qa import QAItem
-from toolkit.rag.trace import (FINAL, FOLLOW, INTERMEDIATE, SEARCH, Step, Trace, extract_final, question_prompt,
-                               render_context)
+from toolkit.rag.trace import (
+    FINAL,
+    FOLLOW,
+    INTERMEDIATE,
+    SEARCH,
+    Step,
+    Trace,
+    extract_final,
+    question_prompt,
+    render_context,
+)
 
 METHODS = ("deeprag", "always", "never", "single")
 METHOD_NAMES = {"deeprag": "deeprag", "always": "always-retrieve", "never": "no-retrieval", "single": "single-rag"}
