@@ -89,8 +89,10 @@ def verix(
              epilog="Examples: iclrkit explain cave --out runs/cave | iclrkit explain cave -d runs/cave/dataset.npz "
                     "--epochs 10 --set concepts_per_class=20 --out runs/cave2")
 def cave(
-    data: Annotated[str | None, typer.Option("--data", "-d", help="'synthetic' (rendered here) or a dataset .npz "
-                                                                  "written by a previous run.")] = None,
+    data: Annotated[str | None, typer.Option("--data", "-d", help="'synthetic' (rendered here), 'pascal3d:ROOT' "
+                                                                  "(PASCAL3D+ release1.1 layout; classes via --set "
+                                                                  "classes=[car]) or a dataset .npz written by a "
+                                                                  "previous run.")] = None,
     epochs: Annotated[int | None, typer.Option(help="NOVUM training epochs (default 40).")] = None,
     concepts: Annotated[int | None, typer.Option("--concepts", help="K-means concepts per class (default 8).")] = None,
     classifier: Annotated[str | None, typer.Option(help="repo (FeatureMatchingCAVE) | paper.")] = None,
@@ -105,7 +107,7 @@ def cave(
             flags={"data": data, "epochs": epochs, "concepts_per_class": concepts, "classifier": classifier,
                    "baselines": baselines},
             common=Common.of(locals()), run=run,
-            inputs={"data": data if data and data != "synthetic" else None},
+            inputs={"data": data.removeprefix("pascal3d:") if data and data != "synthetic" else None},
             plan=lambda cfg, ctx: {"data": cfg.data, "epochs": cfg.epochs, "baselines": cfg.baselines,
                                    "outputs": ["results.json", "attributions_*.npz", "cave.safetensors",
                                                "concept_maps.png", "concepts_on_mesh_*.png", "run.json"]})

@@ -76,5 +76,9 @@ def test_cave_bad_inputs_exit_2(cli, tmp_path):
     assert r.exit_code == 2 and "occlusion_fraction" in r.stderr
     r = cli(["explain", "cave", "--classifier", "nope", "--out", tmp_path / "o3"])
     assert r.exit_code == 2
+    r = cli(["explain", "cave", "-d", f"pascal3d:{tmp_path / 'nowhere'}", "--out", tmp_path / "o4"])
+    assert r.exit_code == 2 and "root not found" in r.stderr
+    r = cli(["explain", "cave", "--set", "relevance_sigma_px=-1", "--out", tmp_path / "o5"])
+    assert r.exit_code == 2 and "relevance_sigma_px" in r.stderr
     r = cli(["explain", "cave", "--dry-run"])
     assert r.exit_code == 0 and "results.json" in r.stdout

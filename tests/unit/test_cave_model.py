@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from toolkit.explain.cave import (
-    concept_maps,
+    concept_relevance,
+    concept_relevance_maps,
     concept_scores,
     ellipsoid_volume,
     momentum_update,
@@ -108,17 +109,59 @@ def test_concept_scores_match_pixel_loops(classifier):
                         total += float(cos.max()) / 2 + 0.5
             expected = total if classifier == "paper" else total / per_class_count[c]
             assert float(scores[b, c]) == pytest.approx(expected, abs=1e-5)
-    ids = torch.tensor([[0, 1], [2, 3]])
-    maps = concept_maps(winner, pixel_score, ids, 3)  # same-size interpolation is the identity here
-    assert maps.shape == (2, 2, 3, 3)
 
 
-def test_concept_maps_put_the_pixel_score_where_the_concept_won():
-    winner = torch.tensor([[[0, 1], [1, 2]]])
-    pixel_score = torch.tensor([[[0.9, 0.8], [0.7, 0.6]]])
-    maps = concept_maps(winner, pixel_score, torch.tensor([[1, 2]]), 2)
-    torch.testing.assert_close(maps[0, 0], torch.tensor([[0.0, 0.8], [0.7, 0.0]]))
-    torch.testing.assert_close(maps[0, 1], torch.tensor([[0.0, 0.0], [0.0, 0.6]]))
+def _relevance_case():
+    torch.manual_seed(5)
+    features = F.normalize(torch.randn(2, 5, 4, 4), dim=1)
+    concepts = F.normalize(torch.randn(7, 5), dim=-1)
+    concept_class = torch.tensor([0, 0, 0, 1, 1, 1, -1])
+    cos = torch.einsum("bdhw,md->bmhw", features, concepts)
+    return features, concepts, concept_class, cos, torch.tensor([0, 1])
+
+
+@pytest.mark.parametrize("classifier", ["repo", "paper"])
+def test_concept_relevance_tends_to_the_class_score_as_the_temperature_goes_to_zero(classifier):
+    features, concepts, concept_class, cos, labels = _relevance_case()
+    scores, _, _ = concept_scores(features, concepts, concept_class, 2, classifier)
+    relevance = concept_relevance(cos, concept_class, labels, classifier, 1e-4)
+    for b in range(2):
+        expected = float(scores[b, labels[b]])
+        if classifier == "paper":  # the relevance keeps the positive part of each cell's best cosine
+            own = cos[b, concept_class == labels[b]].amax(0)
+            expected = float(own.clamp(min=0).sum())
+        assert float(relevance[b].sum()) == pytest.approx(expected, abs=1e-4)
+
+
+def test_concept_relevance_is_the_soft_share_written_out_per_cell():
+    _, _, concept_class, cos, labels = _relevance_case()
+    relevance = concept_relevance(cos, concept_class, labels, "repo", 0.5)
+    b, i, j = 1, 2, 3
+    weights = torch.exp(cos[b, :, i, j] / 0.5)
+    for slot, h in enumerate([3, 4, 5]):
+        expected = weights[h] / weights.sum() * (cos[b, h, i, j] / 2 + 0.5) / 3
+        assert float(relevance[b, slot, i, j]) == pytest.approx(float(expected), abs=1e-6)
+
+
+@pytest.mark.parametrize("sigma", [0.0, 3.0])
+def test_relevance_maps_conserve_each_cells_relevance_and_match_a_pixel_loop(sigma):
+    torch.manual_seed(6)
+    relevance = torch.rand(1, 2, 4, 4)
+    maps = concept_relevance_maps(relevance, 16, sigma)
+    torch.testing.assert_close(maps.sum((2, 3)), relevance.sum((2, 3)))
+    expected = torch.zeros(16, 16, dtype=torch.float64)
+    for a in range(4):
+        for c in range(4):
+            spread = torch.zeros(16, 16, dtype=torch.float64)
+            for y in range(16):
+                for x in range(16):
+                    if sigma:
+                        spread[y, x] = np.exp(-((y + 0.5 - (a + 0.5) * 4) ** 2 + (x + 0.5 - (c + 0.5) * 4) ** 2)
+                                              / (2 * sigma ** 2))
+                    else:
+                        spread[y, x] = float(y // 4 == a and x // 4 == c)
+            expected += float(relevance[0, 1, a, c]) * spread / spread.sum()
+    torch.testing.assert_close(maps[0, 1].double(), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_grad_cam_equals_the_weighted_activation_sum_of_a_linear_head():

@@ -15,8 +15,13 @@ Paper: https://arxiv.org/abs/2503.13429 (OpenReview VSPLa2Sito); official code h
    sum over the pixels its concepts won, divided by its number of concepts. Pixels won by clutter count for no
    class, which is what keeps occluders from voting. `classifier="paper"` gives the paper's
    s_y = sum_i max_j cos(f_i, h_y^j) instead;
-5. explanations: concept activation maps, A(x, h)_i = pixel i's score where h won it, upsampled to the image.
-   (The paper's NOV-aware LRP propagates these to pixels through the backbone; we stop at the feature map.)
+5. explanations: pixel-level concept relevance maps (`concept_relevance_maps`), in the spirit of the paper's
+   NOV-aware LRP: (a) at the matching layer, each feature cell's contribution to the class score is shared among
+   the class's concepts by a soft assignment, softmax over all concepts of cos/T (T = the training temperature),
+   times the concept's match score, so the relevances sum to a soft version of the class score; (b) a
+   conservative upsampling spreads each cell's relevance over the image pixels of its receptive field with a
+   Gaussian (sigma = receptive field / 4, mass renormalised inside the image), so every map sums to its
+   concept's relevance. It is not LRP through each conv layer; the spread stands in for that propagation.
 """
 
 from __future__ import annotations
@@ -44,7 +49,9 @@ class CaveConfig(BaseConfig):
     5 clutter features per image, visibility threshold 0.1, K-means concepts); sizes scaled to a CPU: ~200
     vertices instead of ~1130, 8 concepts per class instead of 20 (the paper's D-sweep 5..40 is flat), d = 32."""
 
-    data: str = "synthetic"  # 'synthetic' (rendered here, saved as OUT/dataset.npz) or a dataset .npz
+    data: str = "synthetic"  # 'synthetic' (rendered here), 'pascal3d:ROOT' (PASCAL3D+ release1.1 layout, see
+    #                          toolkit/explain/cave_pascal3d.py; both saved as OUT/dataset.npz) or a dataset .npz
+    classes: list[str] = ["aeroplane", "car"]  # pascal3d: the categories to load
     n_classes: int = 4  # synthetic: first n of car, house, mug, plane
     n_train_per_class: int = 100  # synthetic
     n_test_per_class: int = 40  # synthetic: per OOD split as well
@@ -63,6 +70,8 @@ class CaveConfig(BaseConfig):
     neighbour_px: float = 6.0  # same-volume vertices projected closer than this are not negatives
     visibility_threshold: float = 0.1  # concepts come from vertices visible in more than this share of images
     classifier: Literal["repo", "paper"] = "repo"
+    explain_temperature: float = 0.07  # soft concept assignment of the explanations (the training temperature)
+    relevance_sigma_px: float = 7.0  # conservative upsampling: Gaussian of the ~29 px receptive field / 4
     epochs: int = 40
     batch_size: int = 32
     lr: float = 1e-3
@@ -104,11 +113,12 @@ def ellipsoid_volume(mesh_vertices: np.ndarray, n_vertices: int) -> tuple[np.nda
 
 
 def visible_projection(points: np.ndarray, normals: np.ndarray, pose: np.ndarray, scale: np.ndarray,
-                       pix_to_face: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                       pix_to_face: np.ndarray, fov_deg: float = 40.0,
+                       roll_deg: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Pixel coordinates (K, 2) of the deformed volume's vertices and which are visible: facing the camera
     (exact self-occlusion for a convex volume), inside the image and landing on the object's rendered pixels."""
     size = pix_to_face.shape[0]
-    camera = look_at_camera(*pose, size=size)
+    camera = look_at_camera(*pose, size=size, fov_deg=fov_deg, roll_deg=roll_deg)
     world = points * scale
     world_normals = normals / scale
     coords, depth = project(camera, world)
@@ -185,12 +195,44 @@ def concept_scores(features: torch.Tensor, concepts: torch.Tensor, concept_class
     return per_class, winner, pixel_score
 
 
-def concept_maps(winner: torch.Tensor, pixel_score: torch.Tensor, concept_ids: torch.Tensor,
-                 size: int) -> torch.Tensor:
-    """A(x, h) for the concepts concept_ids (B, D) of each image's class: score where h won, else 0; (B, D, S, S)."""
-    won = winner[:, None] == concept_ids[:, :, None, None]
-    maps = pixel_score[:, None] * won
-    return F.interpolate(maps, size=(size, size), mode="bilinear", align_corners=False)
+def concept_relevance(cos: torch.Tensor, concept_class: torch.Tensor, labels: torch.Tensor, classifier: str,
+                      temperature: float) -> torch.Tensor:
+    """Relevance R(i, h) of each feature cell i for the concepts h of each image's class, (B, D, h, w).
+    repo: softmax over all concepts (clutter included) of cos/T at h, times cos_h/2 + 1/2, divided by the class's
+    number of concepts; as T -> 0 the sum over cells and concepts is the repo class score.
+    paper: softmax over the class's concepts, times max(cos_h, 0); as T -> 0 it sums to the positive part of
+    s_y = sum_i max_j cos."""
+    ids = torch.stack([torch.nonzero(concept_class == c)[:, 0] for c in range(int(concept_class.max()) + 1)])
+    own_ids = ids[labels]  # (B, D)
+    own_cos = torch.gather(cos, 1, own_ids[:, :, None, None].expand(-1, -1, *cos.shape[2:]))
+    if classifier == "paper":
+        return torch.softmax(own_cos / temperature, 1) * own_cos.clamp(min=0)
+    share = torch.gather(torch.softmax(cos / temperature, 1), 1,
+                         own_ids[:, :, None, None].expand(-1, -1, *cos.shape[2:]))
+    return share * (own_cos / 2 + 0.5) / own_ids.shape[1]
+
+
+def receptive_field_kernel(cells: int, size: int, sigma: float) -> torch.Tensor:
+    """(cells*cells, size*size): row = how one feature cell's relevance spreads over image pixels, a Gaussian
+    around the cell's centre, each row summing to 1 inside the image (conservative). sigma 0: the cell's own
+    stride x stride pixels."""
+    stride = size / cells
+    centres = (torch.arange(cells, dtype=torch.float64) + 0.5) * stride
+    pixels = torch.arange(size, dtype=torch.float64) + 0.5
+    if sigma > 0:
+        axis = torch.exp(-(centres[:, None] - pixels[None]) ** 2 / (2 * sigma ** 2))
+    else:
+        axis = (torch.floor(pixels / stride)[None] == torch.arange(cells)[:, None]).double()
+    kernel = torch.einsum("ap,bq->abpq", axis, axis).reshape(cells * cells, size * size)
+    return (kernel / kernel.sum(1, keepdim=True)).float()
+
+
+def concept_relevance_maps(relevance: torch.Tensor, size: int, sigma: float) -> torch.Tensor:
+    """Conservative upsampling of (B, D, h, w) cell relevances to (B, D, size, size) pixel relevances."""
+    b, d, h, w = relevance.shape
+    require(h == w, "feature maps must be square")
+    kernel = receptive_field_kernel(h, size, sigma)
+    return (relevance.reshape(b, d, h * w) @ kernel).reshape(b, d, size, size)
 
 
 @dataclass
@@ -201,6 +243,8 @@ class CaveModel:
     bank: torch.Tensor  # (C*K, d) vertex features
     n_classes: int
     classifier: str
+    explain_temperature: float = 0.07
+    relevance_sigma_px: float = 7.0
 
     @torch.no_grad()
     def features(self, images: torch.Tensor) -> torch.Tensor:
@@ -215,13 +259,13 @@ class CaveModel:
 
     @torch.no_grad()
     def explain(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 128) -> torch.Tensor:
-        """Concept activation maps of each image's (given) class: (N, D, S, S)."""
-        ids = torch.stack([torch.nonzero(self.concept_class == c)[:, 0] for c in range(self.n_classes)])
+        """Pixel relevance maps of the concepts of each image's (given) class: (N, D, S, S)."""
         out = []
         for i in range(0, len(images), batch_size):
-            _, winner, score = concept_scores(self.features(images[i:i + batch_size]), self.concepts,
-                                              self.concept_class, self.n_classes, self.classifier)
-            out.append(concept_maps(winner, score, ids[labels[i:i + batch_size]], images.shape[-1]))
+            cos = torch.einsum("bdhw,md->bmhw", self.features(images[i:i + batch_size]), self.concepts)
+            relevance = concept_relevance(cos, self.concept_class, labels[i:i + batch_size], self.classifier,
+                                          self.explain_temperature)
+            out.append(concept_relevance_maps(relevance, images.shape[-1], self.relevance_sigma_px))
         return torch.cat(out)
 
 
@@ -230,8 +274,10 @@ def as_tensor_images(images: np.ndarray) -> torch.Tensor:
 
 
 def volume_projections(data, index, volumes) -> tuple[np.ndarray, np.ndarray]:
+    """Projected vertices and visibility per image; datasets from real photos carry per-image `fovs` and `rolls`."""
+    fovs, rolls = data.get("fovs", np.full(len(data["labels"]), 40.0)), data.get("rolls", np.zeros(len(data["labels"])))
     coords, visible = zip(*(visible_projection(*volumes[data["labels"][i]], data["poses"][i], data["scales"][i],
-                                               data["pix_to_face"][i]) for i in index))
+                                               data["pix_to_face"][i], fovs[i], rolls[i]) for i in index))
     return np.stack(coords).astype(np.float32), np.stack(visible)
 
 
@@ -300,7 +346,7 @@ def train_cave(config: CaveConfig, data: dict, ctx) -> tuple[CaveModel, dict]:
         concepts.append(kmeans_concepts(clutter.numpy(), config.background_concepts, ctx.seed))
         concept_class += [-1] * config.background_concepts
     model = CaveModel(backbone, torch.from_numpy(np.concatenate(concepts)).float(), torch.tensor(concept_class),
-                      bank, n_classes, config.classifier)
+                      bank, n_classes, config.classifier, config.explain_temperature, config.relevance_sigma_px)
     return model, {"loss_first_epoch": history[0], "loss_last_epoch": history[-1],
                    "visible_vertices_per_image": float(visible_np.sum(1).mean())}
 
@@ -320,6 +366,13 @@ def split_accuracy(predict, data) -> dict[str, float]:
 def _dataset(config: CaveConfig, ctx) -> dict:
     from toolkit.explain.cave_data import SyntheticSpec, build_synthetic, load_dataset, save_dataset
 
+    if config.data.startswith("pascal3d:"):
+        from toolkit.explain.cave_pascal3d import Pascal3DSpec, load_pascal3d
+
+        data = load_pascal3d(Pascal3DSpec(root=config.data.removeprefix("pascal3d:"), classes=tuple(config.classes),
+                                          image_size=config.image_size), progress=ctx.progress)
+        save_dataset(data, ctx.path("dataset.npz"))
+        return data
     if config.data != "synthetic":
         return load_dataset(config.data)
     require(0 <= config.occlusion_fraction < 1, "occlusion_fraction must be in [0, 1)")
@@ -347,7 +400,9 @@ def _validate(config: CaveConfig) -> None:
                  "clutter_per_image", "clutter_queue"):
         require(getattr(config, name) >= 1, f"{name} must be >= 1")
     require(config.background_concepts >= 0, "background_concepts must be >= 0")
-    require(config.temperature > 0 and config.lr > 0, "temperature and lr must be > 0")
+    require(config.temperature > 0 and config.lr > 0 and config.explain_temperature > 0,
+            "temperature, explain_temperature and lr must be > 0")
+    require(config.relevance_sigma_px >= 0, "relevance_sigma_px must be >= 0")
     require(0 <= config.bank_momentum < 1 and 0 <= config.visibility_threshold < 1,
             "bank_momentum and visibility_threshold must be in [0, 1)")
 

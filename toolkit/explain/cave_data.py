@@ -3,7 +3,8 @@
 A dataset is one .npz with
   images (N, 3, S, S) uint8, labels (N,), split (N,) str in SPLITS, poses (N, 3) azimuth/elevation/distance,
   scales (N, 3) per-axis deformation of the class mesh, pix_to_face (N, S, S) int32 (-1: background or occluded),
-  classes (C,) str, and per class c: mesh{c}_vertices (V, 3), mesh{c}_triangles (F, 3) of the undeformed mesh.
+  classes (C,) str, and per class c: mesh{c}_vertices (V, 3), mesh{c}_triangles (F, 3) of the undeformed mesh;
+  optionally fovs (N,) and rolls (N,) in degrees (the camera of each photo; default 40 and 0).
 Face ids refer to the class mesh, so a face means the same surface patch in every image of the class.
 
 Synthetic OOD splits re-use the iid test poses: `occlusion` pastes clutter patches over the object (its pixels
@@ -161,6 +162,9 @@ def load_dataset(path: str | Path) -> dict[str, np.ndarray]:
     n_classes = len(data["classes"])
     require(0 <= data["labels"].min() and data["labels"].max() < n_classes, "labels out of range of classes")
     require(np.isfinite(data["poses"]).all() and np.isfinite(data["scales"]).all(), "poses/scales contain NaN")
+    for key in ("fovs", "rolls"):  # optional per-image camera of datasets from photos (cave_pascal3d.py)
+        if key in data:
+            require(data[key].shape == (n,) and np.isfinite(data[key]).all(), f"{key} must be (N,) finite degrees")
     unknown = sorted(set(data["split"].tolist()) - set(SPLITS))
     require(not unknown, f"unknown split names {unknown}; expected {SPLITS}")
     for c in range(n_classes):

@@ -40,13 +40,17 @@ class Camera:
 
 
 def look_at_camera(azimuth_deg: float, elevation_deg: float, distance: float, size: int,
-                   fov_deg: float = 40.0) -> Camera:
+                   fov_deg: float = 40.0, roll_deg: float = 0.0) -> Camera:
+    """A camera on the sphere of radius `distance` (y up) looking at the origin; roll_deg turns the image plane
+    counter-clockwise about the viewing axis (PASCAL3D+'s in-plane rotation theta)."""
     a, e = np.radians(azimuth_deg), np.radians(elevation_deg)
     eye = distance * np.array([np.cos(e) * np.sin(a), np.sin(e), np.cos(e) * np.cos(a)])
     forward = -eye / np.linalg.norm(eye)
     right = np.cross(forward, [0.0, 1.0, 0.0])
     right /= np.linalg.norm(right)
     up = np.cross(right, forward)
+    roll = np.radians(roll_deg)
+    right, up = np.cos(roll) * right - np.sin(roll) * up, np.sin(roll) * right + np.cos(roll) * up
     focal = (size / 2) / np.tan(np.radians(fov_deg) / 2)
     return Camera(eye, forward, right, up, float(focal), size)
 
