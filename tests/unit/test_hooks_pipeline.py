@@ -112,3 +112,24 @@ def test_resume_refuses_checkpoints_of_another_run(tiny_llama_dir, tmp_path):
     run_sequential(model, windows, lambda step: None, checkpoint_dir=tmp_path, fingerprint="a")
     with pytest.raises(BadInputError, match="another run"):
         run_sequential(model, windows, lambda step: None, checkpoint_dir=tmp_path, resume=True, fingerprint="b")
+
+
+def test_block_step_stops_after_the_given_module(tiny_llama_dir):
+    model, _ = load_model(str(tiny_llama_dir))
+    windows = torch.randint(0, 100, (3, 16))
+    calls = {"o_proj": 0, "down_proj": 0}
+
+    def on_block(step):
+        if step.index:
+            return
+        attention, mlp = step.block.self_attn, step.block.mlp
+        counters = [attention.o_proj.register_forward_hook(lambda *_: calls.__setitem__("o_proj", calls["o_proj"] + 1)),
+                    mlp.down_proj.register_forward_hook(lambda *_: calls.__setitem__("down_proj", calls["down_proj"] + 1))]
+        assert step.run(stop_after=attention.o_proj) is None
+        assert calls == {"o_proj": 3, "down_proj": 0}
+        assert len(step.run()) == 3 and calls == {"o_proj": 6, "down_proj": 3}
+        for handle in counters:
+            handle.remove()
+        assert _forward_hooks(step.block) == 0
+
+    run_sequential(model, windows, on_block)

@@ -246,7 +246,7 @@ def _compress_all(model, adapter, windows, config, ctx):
                                              device=step.device, dtype=dtype)
             handle = modules[0].register_forward_hook(accumulator.hook())
             try:
-                step.run()
+                step.run(stop_after=modules[0])
             finally:
                 handle.remove()
             for path, module in zip(group, modules):

@@ -38,14 +38,37 @@ class BlockStep:
     device: str
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def run(self) -> list[torch.Tensor]:
-        """Forward every window through the block (hooks the callback registered see each one); outputs on CPU."""
+    def run(self, stop_after: nn.Module | None = None) -> list[torch.Tensor] | None:
+        """Forward every window through the block (hooks the callback registered see each one); outputs on CPU.
+        With `stop_after` (a module inside the block) each window stops once that module and its hooks have run
+        and nothing is returned: calibrating a linear needs nothing computed after it."""
+        if stop_after is None:
+            return self._forward_all()
+        handle = stop_after.register_forward_hook(_stop_forward)
+        try:
+            self._forward_all()
+        finally:
+            handle.remove()
+        return None
+
+    def _forward_all(self) -> list[torch.Tensor]:
         outputs = []
         with torch.no_grad():
             for hidden in self.inputs:
-                out = self.block(hidden.to(self.device), *self.args, **self.kwargs)
+                try:
+                    out = self.block(hidden.to(self.device), *self.args, **self.kwargs)
+                except _StopForward:
+                    continue
                 outputs.append((out[0] if isinstance(out, tuple) else out).cpu())
         return outputs
+
+
+class _StopForward(Exception):
+    """Raised by a forward hook to end a calibration forward early."""
+
+
+def _stop_forward(module, args, output) -> None:
+    raise _StopForward
 
 
 def _to(value, device):
