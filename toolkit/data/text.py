@@ -18,23 +18,34 @@ def embedded_text() -> str:
     return "\n\n".join(topics[key] for key in sorted(topics))
 
 
-def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict]:
-    """Records of a JSONL file; a malformed line or a missing required field names the line."""
+def read_file_text(path: str | Path) -> str:
+    """A data file's text; a missing or unreadable file is a one-line input error."""
     path = Path(path)
     if not path.is_file():
         raise BadInputError(f"data file not found: {path}")
-    records = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInputError(f"cannot read {path}: {exc}") from None
-    for number, line in enumerate(lines, 1):
+
+
+def jsonl_values(path: str | Path) -> list[tuple[int, object]]:
+    """(line number, parsed value) of every non-blank line of a JSONL file; a malformed line names itself."""
+    values = []
+    for number, line in enumerate(read_file_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            values.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise BadInputError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+    return values
+
+
+def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict]:
+    """Records of a JSONL file; a malformed line or a missing required field names the line."""
+    records = []
+    for number, record in jsonl_values(path):
         if not isinstance(record, dict):
             raise BadInputError(f"{path}:{number}: each line must be a JSON object")
         missing = [key for key in required if key not in record]

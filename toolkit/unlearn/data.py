@@ -8,27 +8,17 @@ from pathlib import Path
 import torch
 
 from toolkit.core.errors import BadInputError
+from toolkit.data.text import jsonl_values, read_file_text
 
 
 def _records(path: str | Path) -> list:
     """A .json list, or .jsonl objects/strings one per line; a .txt file is one record per blank-line block."""
     path = Path(path)
-    if not path.is_file():
-        raise BadInputError(f"data file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInputError(f"cannot read {path}: {exc}") from None
+    text = read_file_text(path)
     if path.suffix == ".txt":
         records = [block.strip() for block in text.split("\n\n") if block.strip()]
     elif path.suffix == ".jsonl":
-        records = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise BadInputError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+        records = [value for _, value in jsonl_values(path)]
     elif path.suffix == ".json":
         try:
             records = json.loads(text)
