@@ -33,6 +33,16 @@ def accuracy(model, tokenizer, prompts: list[str], answers: list[str]) -> float:
     return sum(o.text.strip() == a for o, a in zip(outputs, answers)) / max(len(answers), 1)
 
 
+def kb_kinds(kb) -> dict[str, list[str]]:
+    """KB entity names by kind (film, person, city, country)."""
+    kinds: dict[str, set[str]] = {}
+    for fact in kb.facts:
+        subject_kind, object_kind = synthetic.KINDS[fact.relation]
+        kinds.setdefault(subject_kind, set()).add(fact.subject)
+        kinds.setdefault(object_kind, set()).add(fact.object)
+    return {kind: sorted(names) for kind, names in kinds.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -42,9 +52,11 @@ def main() -> None:
     parser.add_argument("--cities", type=int, default=20)
     parser.add_argument("--countries", type=int, default=6)
     parser.add_argument("--test-fraction", type=float, default=0.4)
-    parser.add_argument("--reading", type=int, default=3000)
+    parser.add_argument("--reading", type=int, default=5000)
     parser.add_argument("--epochs", type=float, default=3)
-    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--repeat", type=int, default=40)
+    parser.add_argument("--reading-kb-names", type=int, default=1, help="1: reading pairings also use KB names")
+    parser.add_argument("--step-fraction", type=float, default=0.5, help="reading examples in the step format")
     parser.add_argument("--passages", type=int, default=1, help="passages per reading example (= top_k later)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -63,7 +75,11 @@ def main() -> None:
     kb_names = synthetic.entity_names(kb)
     pools = synthetic.entity_pools({"film": 150, "person": 150, "city": 80, "country": 30}, seed=args.seed + 1,
                                    exclude=kb_names)
-    reading = synthetic.reading_examples(args.reading, pools, passages=args.passages, seed=args.seed)
+    if args.reading_kb_names:  # copy practice on the very tokens the reader must copy later, never a true pairing
+        for kind, names in kb_kinds(kb).items():
+            pools[kind] = pools[kind] + names
+    reading = synthetic.reading_examples(args.reading, pools, passages=args.passages, seed=args.seed,
+                                         exclude=set(kb.facts), step_fraction=args.step_fraction)
     texts = known * args.repeat + reading
     vocab_text = "\n\n".join(texts + [INSTRUCTION, FINAL, render_context(["x"])] + [f.statement for f in kb.facts]
                              + [q["question"] for q in kb.questions] + [f"{f.subquery} {f.object}" for f in kb.facts])

@@ -220,3 +220,24 @@ def test_benchmark_pretraining_text_holds_only_known_facts_and_copyable_reading(
     for example in reading_examples(50, pools, passages=2, seed=0):
         context, answer = example.rsplit(" ", 1)[0], example.rsplit("\n", 1)[1].split(":", 1)[1].strip()
         assert answer in context and "Context: [1]" in example and "[2]" in example
+
+
+def test_reading_examples_on_kb_names_never_state_a_true_fact(kb):
+    from toolkit.rag.synthetic import KINDS, reading_examples
+    from toolkit.rag.trace import FOLLOW, INTERMEDIATE, SEARCH, render_final
+
+    pools: dict[str, set[str]] = {}
+    for fact in kb.facts:
+        for kind, name in zip(KINDS[fact.relation], (fact.subject, fact.object)):
+            pools.setdefault(kind, set()).add(name)
+    examples = reading_examples(300, {k: sorted(v) for k, v in pools.items()}, passages=1, seed=3,
+                                exclude=set(kb.facts), step_fraction=0.5)
+    assert not any(fact.statement in example for fact in kb.facts for example in examples)
+    steps = [e for e in examples if FOLLOW in e]
+    assert 100 < len(steps) < 200
+    for example in steps:
+        lines = example.split("\n")
+        assert lines[1] == f"{FOLLOW} {lines[0][len('Question: '):]}" and lines[2] == SEARCH
+        assert lines[3].startswith("Context: [1]") and lines[4].startswith(INTERMEDIATE)
+        answer = lines[4][len(INTERMEDIATE):].strip()
+        assert answer in lines[3] and lines[5] == render_final(answer)

@@ -168,21 +168,32 @@ def entity_pools(sizes: dict[str, int], seed: int = 0, exclude: set[str] | None 
     return {kind: _unique(rng, makers[kind], n, taken) for kind, n in sizes.items()}
 
 
-def reading_examples(n: int, pools: dict[str, list[str]], passages: int = 2, seed: int = 0) -> list[str]:
+def reading_examples(n: int, pools: dict[str, list[str]], passages: int = 2, seed: int = 0,
+                     exclude: set[Fact] | None = None, step_fraction: float = 0.0) -> list[str]:
     """Reading comprehension over random pairings of pool entities (a new pairing every example, so the only skill
-    that helps is copying from the context, and no KB fact leaks into the model): the gold statement among
-    distractors of the same relation, rendered the way retrieval renders passages."""
+    that helps is copying from the context): the gold statement among distractors of the same relation, rendered
+    the way retrieval renders passages. Pairings in `exclude` (the true KB facts, when the pools hold KB names so
+    the reader learns to copy exactly those tokens) are never generated, so no KB fact leaks into the model. A
+    `step_fraction` of the examples are one-step DeepRAG trajectories (question, follow-up, search line, context,
+    intermediate answer, final line) instead of the reader prompt: inference reads in that format, and copying the
+    entity from the question into the follow-up and the intermediate answer into the final line is the same skill."""
     from toolkit.rag.trace import render_context
 
-    rng = random.Random(seed)
+    rng, exclude = random.Random(seed), exclude or set()
     examples = []
-    for _ in range(n):
+    while len(examples) < n:
         relation = rng.choice(list(RELATIONS))
         subject_kind, object_kind = KINDS[relation]
         subjects = rng.sample(pools[subject_kind], passages)
         facts = [Fact(relation, subject, rng.choice(pools[object_kind])) for subject in subjects]
+        if exclude.intersection(facts):
+            continue
         gold = facts[0]
         rng.shuffle(facts)
         context = render_context([f"{f.subject}: {f.statement}" for f in facts])
-        examples.append(f"{context}\nQuestion: {gold.subquery}\nAnswer: {gold.object}")
+        if rng.random() < step_fraction:
+            examples.append(f"Question: {gold.subquery}\n{FOLLOW} {gold.subquery}\n{SEARCH}\n{context}\n"
+                            f"{INTERMEDIATE} {gold.object}\n{FINAL} <answer short>{gold.object}</answer short>")
+        else:
+            examples.append(f"{context}\nQuestion: {gold.subquery}\nAnswer: {gold.object}")
     return examples
