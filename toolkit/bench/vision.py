@@ -50,12 +50,8 @@ class VisionModel:
     def ask(self, text: str, images: Sequence[Image.Image] = (), max_new_tokens: int = 64,
             stop: Sequence[str] | None = None) -> str:
         if self.sees_images and images:
-            request = {"messages": [{"role": "user", "content": vision_content(text, images, self.max_side)}],
-                       "max_tokens": max_new_tokens, "temperature": self.temperature, "seed": self.seed,
-                       **({"stop": list(stop)} if stop else {})}
-            # the backend's cached, retried request path; its public generate() only sends plain-text messages
-            response = self.llm._call("chat", request)
-            return response["choices"][0]["message"]["content"] or ""
+            messages = [{"role": "user", "content": vision_content(text, images, self.max_side)}]
+            return self.llm.chat(messages, max_new_tokens, self.temperature, stop, self.seed).text
         return self.llm.generate([text], max_new_tokens=max_new_tokens, temperature=self.temperature, stop=stop,
                                  seed=self.seed, chat=True)[0].text
 

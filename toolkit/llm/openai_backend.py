@@ -59,10 +59,8 @@ class OpenAIBackend(LLM):
             common = {"max_tokens": max_new_tokens, "temperature": temperature, "seed": seed,
                       **({"stop": list(stop)} if stop else {})}
             if chat:
-                response = self._call("chat", {"messages": [{"role": "user", "content": prompt}], **common})
-                choice = response["choices"][0]
-                results.append(Completion(text=choice["message"]["content"] or "",
-                                          finish_reason=choice.get("finish_reason") or "stop"))
+                results.append(self.chat([{"role": "user", "content": prompt}], max_new_tokens, temperature, stop,
+                                         seed))
             else:
                 choice = self._call("completion", {"prompt": prompt, "logprobs": 1, **common})["choices"][0]
                 logprobs = choice.get("logprobs") or {}
@@ -70,6 +68,15 @@ class OpenAIBackend(LLM):
                                           tokens=logprobs.get("tokens") or [],
                                           finish_reason=choice.get("finish_reason") or "stop"))
         return results
+
+    def chat(self, messages: list[dict[str, Any]], max_new_tokens: int = 64, temperature: float = 0.0,
+             stop: Sequence[str] | None = None, seed: int = 0) -> Completion:
+        """One chat completion for OpenAI-format messages (content may hold image_url parts for vision models),
+        through the same cache and retries as every other request."""
+        request = {"messages": messages, "max_tokens": max_new_tokens, "temperature": temperature, "seed": seed,
+                   **({"stop": list(stop)} if stop else {})}
+        choice = self._call("chat", request)["choices"][0]
+        return Completion(text=choice["message"]["content"] or "", finish_reason=choice.get("finish_reason") or "stop")
 
     def score(self, prompts: Sequence[str], continuations: Sequence[str], chat: bool = False) -> list[ScoredText]:
         """Echo the prompt+continuation with max_tokens=0 and keep the tokens whose text offset falls in the
