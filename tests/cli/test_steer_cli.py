@@ -84,6 +84,17 @@ def test_generate_and_sweep(cli, tiny_llama_dir, tiny_gpt2_dir, pairs_file, prom
             "split_half_cosine"} <= set(results["rows"][0])
     assert (sweep / "sweep.png").stat().st_size > 1000
     assert json.loads((sweep / "run.json").read_text())["status"] == "ok"
+    # multi-layer steering with the clip operator: only the group's row, labelled "0+1"
+    r = cli(["steer", "sweep", "-m", tiny_llama_dir, "-d", pairs_file, "--prompts", prompts_file, "--alpha", "1",
+             "--method", "pcms", "--operator", "clip", "--set", "layers=[]", "--set", "layer_groups=[[0, 1]]",
+             "--set", f"judge_encoder={tiny_encoder_dir}", "--set", "lexicon=[error, exception, raise, the]",
+             "--set", "max_new_tokens=3", "--set", "ppl_tokens=64", "-o", tmp_path / "sweep2"])
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads((tmp_path / "sweep2" / "results.json").read_text())["rows"]
+    assert [(row["layer"], row["operator"]) for row in rows] == [("0+1", "clip")]
+    r = cli(["steer", "sweep", "-m", tiny_llama_dir, "-d", pairs_file, "--prompts", prompts_file,
+             "--set", "layer_groups=[[0, 9]]", "--set", "lexicon=[the]", "-o", tmp_path / "sweep3"])
+    assert r.exit_code == 2 and "out of range" in r.stderr
 
 
 def test_bad_input(cli, tiny_llama_dir, pairs_file, tmp_path):

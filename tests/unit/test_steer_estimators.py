@@ -6,7 +6,7 @@ import torch
 from toolkit.core.errors import BadInputError
 from toolkit.steer.estimators import cosine, estimate, ilcs_direction, pcms_direction, split_half_cosine, ums_direction
 from toolkit.steer.evaluate import lexicon_rate, mean_kl
-from toolkit.steer.intervene import steer_fn
+from toolkit.steer.intervene import clip_threshold, steer_fn
 
 
 def test_estimators_match_hand_loops():
@@ -75,6 +75,20 @@ def test_add_and_ablate_operators():
         steer_fn(v, 1.0, "multiply")
 
 
+def test_clip_operator_removes_only_the_excess_projection_by_hand():
+    v = torch.tensor([0.0, 2.0])  # u = (0, 1): the projection is the second coordinate
+    h = torch.tensor([[5.0, 3.0], [1.0, -4.0], [2.0, 0.5]])
+    # threshold 0, alpha 1: positive projections go to 0, negative ones stay
+    assert torch.allclose(steer_fn(v, 1.0, "clip")(h), torch.tensor([[5.0, 0.0], [1.0, -4.0], [2.0, 0.0]]))
+    # threshold 1, alpha 0.5: 3 -> 3 - 0.5*(3-1) = 2; -4 and 0.5 are below 1 and untouched
+    assert torch.allclose(steer_fn(v, 0.5, "clip", threshold=1.0)(h),
+                          torch.tensor([[5.0, 2.0], [1.0, -4.0], [2.0, 0.5]]))
+    # the threshold is the neutral examples' mean projection on u: (1 + 3) / 2
+    assert clip_threshold(v, torch.tensor([[7.0, 1.0], [-2.0, 3.0]])) == pytest.approx(2.0)
+    with pytest.raises(BadInputError):
+        steer_fn(v, 1.0, "clip", threshold=float("inf"))
+
+
 def test_mean_kl_and_lexicon_rate_by_hand():
     p = torch.tensor([[0.5, 0.5], [0.9, 0.1]]).log()
     q = torch.tensor([[0.25, 0.75], [0.9, 0.1]]).log()
@@ -104,6 +118,20 @@ def test_activations_match_hidden_states_and_steering_is_removed(tiny_llama_dir)
     v = torch.randn(model.config.hidden_size)
     with steering(model, [(1, v)], 2.0):
         steered = model(**ids, output_hidden_states=True)
+    # two layers at once: block 0's output is shifted by -0.5w, and block 1's output (computed from that shifted
+    # input) by -0.5v on top of what steering block 0 alone gives
+    w = torch.randn(model.config.hidden_size)
+    plain_acts = read_activations(model, tok, texts, [0, 1], "last")
+    with steering(model, [(0, w), (1, v)], 0.5):
+        both = read_activations(model, tok, texts, [0, 1], "last")
+    with steering(model, [(0, w)], 0.5):
+        only0 = read_activations(model, tok, texts, [0, 1], "last")
+    assert torch.allclose(both[0], plain_acts[0] - 0.5 * w, atol=1e-5)
+    assert torch.allclose(both[1], only0[1] - 0.5 * v, atol=1e-5)
+    assert not torch.allclose(only0[1], plain_acts[1], atol=1e-3)
+    with pytest.raises(BadInputError):
+        with steering(model, [(0, w), (1, v)], 0.5, "clip", thresholds=[0.0]):
+            pass
     plain = model(**ids, output_hidden_states=True)
     # the last hidden_states entry has the final norm applied, so compare the logits path instead
     assert not torch.allclose(steered.logits, before)

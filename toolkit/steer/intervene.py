@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -18,7 +19,7 @@ from toolkit.core.errors import BadInputError, require
 from toolkit.models.adapters import adapter_for, first_module
 from toolkit.nn.hooks import capture, edit_output
 
-OPERATORS = ("add", "ablate")
+OPERATORS = ("add", "ablate", "clip")
 
 
 def layers_path(model) -> str:
@@ -89,10 +90,17 @@ def read_activations(model, tokenizer, texts: Sequence[str], layers: Sequence[in
     return {layer: torch.cat(parts) for layer, parts in rows.items()}
 
 
-def steer_fn(direction: torch.Tensor, alpha: float, operator: str = "add"):
-    """h -> h - alpha*v (add) or h -> h - alpha*(h.v_hat)v_hat (ablate: projection removal at alpha = 1)."""
+def steer_fn(direction: torch.Tensor, alpha: float, operator: str = "add", threshold: float = 0.0):
+    """The edit applied to every position's residual stream h:
+
+    - add (the paper's PCMS form, "subtract the mean difference"): h - alpha*v;
+    - ablate (projection removal at alpha = 1): h - alpha*(h.u)u with u = v/|v|;
+    - clip (an option beyond the paper): h - alpha*max(0, h.u - threshold)*u, which removes only the excess of the
+      projection over `threshold`, so positions that do not lean towards the category are left untouched.
+    """
     require(operator in OPERATORS, f"unknown operator '{operator}'", f"use one of {', '.join(OPERATORS)}")
     require(torch.isfinite(direction).all().item(), "the steering direction contains NaN/Inf")
+    require(math.isfinite(threshold), "the clip threshold must be a finite number")
     if operator == "add":
         def add(hidden: torch.Tensor) -> torch.Tensor:
             return hidden - alpha * direction.to(hidden.device, hidden.dtype)
@@ -102,16 +110,30 @@ def steer_fn(direction: torch.Tensor, alpha: float, operator: str = "add"):
     def ablate(hidden: torch.Tensor) -> torch.Tensor:
         v = unit.to(hidden.device, hidden.dtype)
         return hidden - alpha * (hidden @ v).unsqueeze(-1) * v
-    return ablate
+
+    def clip(hidden: torch.Tensor) -> torch.Tensor:
+        v = unit.to(hidden.device, hidden.dtype)
+        return hidden - alpha * ((hidden @ v) - threshold).clamp_min(0).unsqueeze(-1) * v
+    return ablate if operator == "ablate" else clip
+
+
+def clip_threshold(direction: torch.Tensor, neutral_acts: torch.Tensor) -> float:
+    """Mean projection of the neutral examples' activations on u = v/|v|: the level `clip` shrinks towards."""
+    unit = direction / direction.norm().clamp_min(1e-12)
+    return float((neutral_acts.float() @ unit.float()).mean())
 
 
 @contextlib.contextmanager
-def steering(model, edits: Sequence[tuple[int, torch.Tensor]], alpha: float, operator: str = "add") -> Iterator[None]:
+def steering(model, edits: Sequence[tuple[int, torch.Tensor]], alpha: float, operator: str = "add",
+             thresholds: Sequence[float] | None = None) -> Iterator[None]:
     """Apply every (layer, direction) edit for the duration of the block (personalisation: several categories
-    or layers at once subtract the sum of their directions)."""
+    or layers at once subtract the sum of their directions). `thresholds` (one per edit) are for `clip`."""
+    thresholds = list(thresholds) if thresholds is not None else [0.0] * len(edits)
+    require(len(thresholds) == len(edits), "give one clip threshold per edit")
     with contextlib.ExitStack() as stack:
-        for layer, direction in edits:
-            stack.enter_context(edit_output(model, block_path(model, layer), steer_fn(direction, alpha, operator)))
+        for (layer, direction), threshold in zip(edits, thresholds):
+            stack.enter_context(edit_output(model, block_path(model, layer),
+                                            steer_fn(direction, alpha, operator, threshold)))
         yield
 
 

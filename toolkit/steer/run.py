@@ -16,7 +16,7 @@ from toolkit.core.errors import BadInputError, require
 
 Method = Literal["pcms", "ums", "ilcs"]
 Position = Literal["last", "mean"]
-Operator = Literal["add", "ablate"]
+Operator = Literal["add", "ablate", "clip"]  # clip: beyond the paper, see intervene.steer_fn
 
 
 class SteerConfig(BaseConfig):
@@ -41,6 +41,7 @@ class GenerateConfig(BaseConfig):
     data: Optional[str] = None  # JSONL with a `prompt` field, added to `prompts`
     alpha: float = 1.0
     operator: Operator = "add"
+    clip_threshold: float = 0.0  # clip only: the projection level above which h is shrunk
     layers: Optional[list[int]] = None  # default: every layer stored in the direction files
     max_new_tokens: int = 40
     batch_size: int = 16
@@ -59,6 +60,9 @@ class SweepConfig(BaseConfig):
     ppl_tokens: int = 2048
     methods: list[Method] = ["pcms", "ums", "ilcs"]
     layers: Optional[list[int]] = None  # default: 3 blocks spread over the middle third
+    # Extra settings that steer several layers at once, each with its own direction estimated at that layer and the
+    # same alpha (rows get layer "12+15"). Beyond the paper, which gives no layer: an option, not the default.
+    layer_groups: list[list[int]] = []
     alphas: list[float] = [0.5, 1.0, 2.0, 4.0]
     operator: Operator = "add"
     position: Position = "last"
@@ -172,7 +176,7 @@ def run_generate(config: GenerateConfig, ctx) -> dict:
     prompts = _prompt_list(config)
     model, tokenizer = _load(config.model, ctx)
     edits = load_checked_directions(config.directions, model, config.layers)
-    with steering(model, edits, config.alpha, config.operator):
+    with steering(model, edits, config.alpha, config.operator, [config.clip_threshold] * len(edits)):
         steered, _ = generate(model, tokenizer, prompts, config.max_new_tokens, None, config.batch_size, ctx.device)
     plain, _ = generate(model, tokenizer, prompts, config.max_new_tokens, None, config.batch_size, ctx.device)
     with ctx.path("generations.jsonl").open("w") as handle:
@@ -255,28 +259,39 @@ def _drop(before: float, after: float) -> float:
 
 def run_sweep(config: SweepConfig, ctx) -> dict:
     from toolkit.steer.estimators import estimate, split_half_cosine
-    from toolkit.steer.intervene import check_layers, num_layers, read_activations, steering
+    from toolkit.steer.intervene import check_layers, clip_threshold, num_layers, read_activations, steering
 
     require(len(config.alphas) > 0 and all(math.isfinite(a) for a in config.alphas), "alphas must be finite numbers")
     require(len(config.lexicon) > 0, "the lexicon is empty")
     undesired, neutral, n_pairs = load_examples(config.data)
     model, tokenizer = _load(config.model, ctx)
-    layers = check_layers(model, config.layers or _default_layers(num_layers(model), 3))
-    acts_u = read_activations(model, tokenizer, undesired, layers, config.position, config.batch_size, ctx.device)
-    acts_n = read_activations(model, tokenizer, neutral, layers, config.position, config.batch_size, ctx.device)
+    if config.layers == [] and config.layer_groups:  # only the multi-layer settings
+        layers = []
+    else:
+        layers = check_layers(model, config.layers or _default_layers(num_layers(model), 3))
+    groups = [[layer] for layer in layers] + [check_layers(model, group) for group in config.layer_groups]
+    read = sorted({layer for group in groups for layer in group})
+    acts_u = read_activations(model, tokenizer, undesired, read, config.position, config.batch_size, ctx.device)
+    acts_n = read_activations(model, tokenizer, neutral, read, config.position, config.batch_size, ctx.device)
     evaluator = _Evaluator(config, model, tokenizer, ctx)
     rows = []
-    grid = [(m, layer, a) for m in config.methods for layer in layers for a in config.alphas]
-    for method, layer, alpha in ctx.progress(grid, total=len(grid), description="sweep"):
-        sel_u, sel_n = _method_inputs(method, acts_u[layer], acts_n[layer], n_pairs)
-        direction = estimate(method, sel_u, sel_n, config.pair_index)
-        if config.unit_norm:
-            direction = direction / direction.norm().clamp_min(1e-12)
-        with steering(model, [(layer, direction)], alpha, config.operator):
+    grid = [(m, group, a) for m in config.methods for group in groups for a in config.alphas]
+    for method, group, alpha in ctx.progress(grid, total=len(grid), description="sweep"):
+        edits, thresholds, stability = [], [], []
+        for layer in group:
+            sel_u, sel_n = _method_inputs(method, acts_u[layer], acts_n[layer], n_pairs)
+            direction = estimate(method, sel_u, sel_n, config.pair_index)
+            if config.unit_norm:
+                direction = direction / direction.norm().clamp_min(1e-12)
+            edits.append((layer, direction))
+            thresholds.append(clip_threshold(direction, sel_n))
+            stability.append(split_half_cosine(method, sel_u, sel_n, config.split_repeats, ctx.seed))
+        with steering(model, edits, alpha, config.operator, thresholds):
             scores = evaluator.row(evaluator.measure())
-        stability = split_half_cosine(method, sel_u, sel_n, config.split_repeats, ctx.seed)
-        rows.append({"method": method, "layer": layer, "alpha": alpha, "operator": config.operator,
-                     "direction_norm": float(direction.norm()), "split_half_cosine": stability, **scores})
+        rows.append({"method": method, "layer": group[0] if len(group) == 1 else "+".join(map(str, group)),
+                     "alpha": alpha, "operator": config.operator,
+                     "direction_norm": sum(float(v.norm()) for _, v in edits) / len(edits),
+                     "split_half_cosine": sum(stability) / len(stability), **scores})
     base = {k: v for k, v in evaluator.base.items() if k in ("category_prob", "lexicon_mass", "lexicon_rate", "ppl")}
     ctx.path("results.json").write_text(json.dumps({"baseline": base, "rows": rows}, indent=2))
     plot_sweep(rows, ctx.path("sweep.png"))
@@ -303,12 +318,12 @@ def plot_sweep(rows: list[dict], path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    layers = sorted({r["layer"] for r in rows})
+    layers = sorted({str(r["layer"]) for r in rows}, key=lambda key: [int(k) for k in key.split("+")])
     methods = sorted({r["method"] for r in rows})
     fig, axes = plt.subplots(2, len(layers), figsize=(4 * len(layers), 6), squeeze=False)
     for col, layer in enumerate(layers):
         for method in methods:
-            sel = sorted((r for r in rows if r["layer"] == layer and r["method"] == method), key=lambda r: r["alpha"])
+            sel = sorted((r for r in rows if str(r["layer"]) == layer and r["method"] == method), key=lambda r: r["alpha"])
             alphas = [r["alpha"] for r in sel]
             axes[0][col].plot(alphas, [r["category_prob_drop"] for r in sel], marker="o", label=method.upper())
             axes[1][col].plot(alphas, [r["neutral_kl"] for r in sel], marker="o", label=method.upper())
