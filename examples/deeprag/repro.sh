@@ -23,7 +23,7 @@ stamp "base model trained on the known half of the facts"
   --config examples/deeprag/kb.yaml --top-k 1 --set max_new_tokens=8 -o "$OUT/synth" >/dev/null
 stamp "tree-search synthesis"
 "${IK[@]}" rag deeprag train -m "$OUT/setup/base" -d "$OUT/synth" --set sft_lr=2e-3 --set sft_epochs="${SFT_EPOCHS:-40}" \
-  --set dpo_lr=5e-6 --set dpo_epochs="${DPO_EPOCHS:-2}" --set batch_size=8 --set max_length=256 -o "$OUT/trained" >/dev/null
+  --set dpo_lr=5e-6 --set dpo_epochs="${DPO_EPOCHS:-8}" --set batch_size=8 --set max_length=256 -o "$OUT/trained" >/dev/null
 stamp "SFT + DPO"
 "${IK[@]}" rag deeprag run -m "$OUT/trained/model" -d "$OUT/setup/test.jsonl" --index "$OUT/index" \
   --methods deeprag,always,never,single --config examples/deeprag/kb.yaml --top-k 1 --set max_new_tokens=12 \
