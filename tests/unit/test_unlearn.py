@@ -7,8 +7,17 @@ import pytest
 import torch
 
 from toolkit.unlearn.data import batch_indices, collate
-from toolkit.unlearn.losses import (decouple, fgsm_probe_loss, mean_nll, npo_loss, probe_weight, project_out,
-                                    rmu_loss, sam_perturbation, sequence_logprob)
+from toolkit.unlearn.losses import (
+    decouple,
+    fgsm_probe_loss,
+    mean_nll,
+    npo_loss,
+    probe_weight,
+    project_out,
+    rmu_loss,
+    sam_perturbation,
+    sequence_logprob,
+)
 from toolkit.unlearn.metrics import lcs_length, mia_auc, min_k_score, privleak, rouge_l
 
 pytestmark = pytest.mark.usefixtures("one_thread")

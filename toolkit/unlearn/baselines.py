@@ -18,8 +18,15 @@ from toolkit.models.source import load_model
 from toolkit.unlearn.data import collate
 from toolkit.unlearn.losses import mean_nll, npo_loss, rmu_loss, sequence_logprob
 from toolkit.unlearn.prism import finish
-from toolkit.unlearn.train import (StepInputs, UnlearnConfig, hidden_states, limit_threads, load_corpus,
-                                   sequence_logprobs, train)
+from toolkit.unlearn.train import (
+    StepInputs,
+    UnlearnConfig,
+    hidden_states,
+    limit_threads,
+    load_corpus,
+    sequence_logprobs,
+    train,
+)
 
 
 class GaConfig(UnlearnConfig):

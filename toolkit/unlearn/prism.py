@@ -21,10 +21,26 @@ from pydantic import Field
 
 from toolkit.core.errors import BadInputError
 from toolkit.models.source import load_model
-from toolkit.unlearn.losses import (decouple, fgsm_probe_loss, mean_nll, npo_loss, probe_weight, sam_perturbation,
-                                    sequence_logprob)
-from toolkit.unlearn.train import (Corpus, StepInputs, UnlearnConfig, hidden_states, load_corpus, mean_pool,
-                                   limit_threads, sequence_logprobs, train)
+from toolkit.unlearn.losses import (
+    decouple,
+    fgsm_probe_loss,
+    mean_nll,
+    npo_loss,
+    probe_weight,
+    sam_perturbation,
+    sequence_logprob,
+)
+from toolkit.unlearn.train import (
+    Corpus,
+    StepInputs,
+    UnlearnConfig,
+    hidden_states,
+    limit_threads,
+    load_corpus,
+    mean_pool,
+    sequence_logprobs,
+    train,
+)
 
 PAPER = "https://arxiv.org/abs/2509.23362"
 
