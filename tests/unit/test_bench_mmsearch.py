@@ -44,7 +44,7 @@ def test_normalisation_exact_match_and_f1():
     assert ms.exact_match("Lisbon, Portugal", ["Lisbon"])
     assert not ms.exact_match("Porto Lisbon Madrid Paris Rome Berlin Oslo Riga Kyiv Bern Vienna", ["Lisbon"])
     assert not ms.exact_match("Lisbo", ["Lisbon"])
-    assert ms.token_f1("new york city", "New York") == pytest.approx(0.8)
+    assert ms.token_f1("new york city", ["New York"]) == pytest.approx(0.8)
 
 
 def test_judge_verdicts_and_fallback():

@@ -17,13 +17,12 @@ import binascii
 import hashlib
 import io
 import re
-import string
-from collections import Counter
 from pathlib import Path
 
 from PIL import Image
 
 from toolkit.core.errors import BadInputError
+from toolkit.eval.metrics import normalize_answer, token_f1
 
 CANARY = "MMSearch-Plus"
 TEXT_FIELDS = ("question", "video_url", "arxiv_id")
@@ -89,22 +88,6 @@ def load_image(value, base: Path) -> Image.Image | None:
 
 # ---- judging ----
 
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower case, drop punctuation and articles, collapse white space."""
-    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def token_f1(prediction: str, gold: str) -> float:
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    common = sum((Counter(pred) & Counter(ref)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(pred), common / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
 CONTAINMENT_MAX_TOKENS = 10
 
 
@@ -145,7 +128,7 @@ def parse_verdict(reply: str) -> str | None:
 
 def judge_answer(question: str, golds: list[str], prediction: str, ask_judge=None) -> dict:
     """{"correct", "verdict", "judged_by", "f1"}; `ask_judge(prompt) -> reply` or None for exact match only."""
-    f1 = max((token_f1(prediction, g) for g in golds if g), default=0.0)
+    f1 = token_f1(prediction, [g for g in golds if g])
     if ask_judge is not None:
         verdict = parse_verdict(ask_judge(judge_prompt(question, golds, prediction)))
         if verdict is not None:
