@@ -109,41 +109,50 @@ def _loader(items: list, batch_size: int, seed: int, collate_fn: Callable):
                                        collate_fn=collate_fn)
 
 
-def train_sft(model, examples: list[dict], pad_id: int, epochs: float, lr: float, batch_size: int,
-              warmup_ratio: float = 0.1, seed: int = 0, cpu: bool = True, on_step=None) -> list[float]:
-    """Next-token cross-entropy on unmasked labels; returns per-step losses."""
+def _optimise(model, loader, epochs: float, lr: float, warmup_ratio: float, cpu: bool, step_loss: Callable,
+              on_step=None) -> list:
+    """AdamW + warm-up/cosine through accelerate for ⌈epochs·len(loader)⌉ steps; `step_loss(model, batch)` returns
+    (loss, record) and the records are returned, one per step."""
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=cpu)
-    loader = _loader(examples, batch_size, seed, lambda b: collate(b, pad_id))
     total = max(1, math.ceil(epochs * len(loader)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     scheduler = _schedule(optimizer, total, warmup_ratio)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     model.train()
-    losses: list[float] = []
-    while len(losses) < total:
+    records: list = []
+    while len(records) < total:
         for batch in loader:
-            loss = model(**batch).loss
+            loss, record = step_loss(model, batch)
             accelerator.backward(loss)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-            losses.append(loss.item())
+            records.append(record)
             if on_step:
-                on_step(len(losses), total, losses[-1])
-            if len(losses) >= total:
+                on_step(len(records), total, float(loss))
+            if len(records) >= total:
                 break
     model.eval()
-    return losses
+    return records
+
+
+def train_sft(model, examples: list[dict], pad_id: int, epochs: float, lr: float, batch_size: int,
+              warmup_ratio: float = 0.1, seed: int = 0, cpu: bool = True, on_step=None) -> list[float]:
+    """Next-token cross-entropy on unmasked labels; returns per-step losses."""
+    def step_loss(model, batch):
+        loss = model(**batch).loss
+        return loss, loss.item()
+
+    loader = _loader(examples, batch_size, seed, lambda b: collate(b, pad_id))
+    return _optimise(model, loader, epochs, lr, warmup_ratio, cpu, step_loss, on_step)
 
 
 def train_dpo(model, reference, pairs: list[tuple[dict, dict]], pad_id: int, epochs: float, lr: float,
               batch_size: int, beta: float, warmup_ratio: float = 0.1, seed: int = 0, cpu: bool = True,
               on_step=None) -> list[dict]:
     """DPO over (chosen, rejected) encodings; reference log-probs are computed once, up front."""
-    from accelerate import Accelerator
-
     reference.eval()
     with torch.no_grad():
         ref = [(float(sequence_logprob(reference, collate([c], pad_id))),
@@ -154,29 +163,13 @@ def train_dpo(model, reference, pairs: list[tuple[dict, dict]], pad_id: int, epo
         return (collate([b[0] for b in batch], pad_id), collate([b[1] for b in batch], pad_id),
                 torch.tensor([b[2] for b in batch]), torch.tensor([b[3] for b in batch]))
 
-    accelerator = Accelerator(cpu=cpu)
+    def step_loss(model, batch):
+        chosen, rejected, ref_chosen, ref_rejected = batch
+        policy_chosen, policy_rejected = sequence_logprob(model, chosen), sequence_logprob(model, rejected)
+        ref_chosen, ref_rejected = ref_chosen.to(policy_chosen), ref_rejected.to(policy_chosen)
+        loss = dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta)
+        accuracy = float(((policy_chosen - ref_chosen) > (policy_rejected - ref_rejected)).float().mean())
+        return loss, {"loss": loss.item(), "reward_accuracy": accuracy}
+
     loader = _loader(items, batch_size, seed, collate_pairs)
-    total = max(1, math.ceil(epochs * len(loader)))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    scheduler = _schedule(optimizer, total, warmup_ratio)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    model.train()
-    log: list[dict] = []
-    while len(log) < total:
-        for chosen, rejected, ref_chosen, ref_rejected in loader:
-            policy_chosen, policy_rejected = sequence_logprob(model, chosen), sequence_logprob(model, rejected)
-            loss = dpo_loss(policy_chosen, policy_rejected, ref_chosen.to(policy_chosen), ref_rejected.to(policy_chosen),
-                            beta)
-            accelerator.backward(loss)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-            accuracy = float(((policy_chosen - ref_chosen.to(policy_chosen)) >
-                              (policy_rejected - ref_rejected.to(policy_rejected))).float().mean())
-            log.append({"loss": loss.item(), "reward_accuracy": accuracy})
-            if on_step:
-                on_step(len(log), total, float(loss))
-            if len(log) >= total:
-                break
-    model.eval()
-    return log
+    return _optimise(model, loader, epochs, lr, warmup_ratio, cpu, step_loss, on_step)
