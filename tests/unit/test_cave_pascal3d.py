@@ -52,13 +52,33 @@ def pascal_root(tmp_path):
         (root / "Image_sets" / f"{name}_imagenet_train.txt").write_text("n001\nn002\n")
         (root / "Image_sets" / f"{name}_imagenet_val.txt").write_text("n003\n")
         for image_name in ("n001", "n002", "n003"):
-            pixels = np.random.default_rng(0).integers(0, 255, (110, 140, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(root / "Images" / f"{name}_imagenet" / f"{image_name}.JPEG")
-            objects = np.zeros((2,), dtype=[("class", object), ("bbox", object), ("viewpoint", object)])
-            objects[0] = ("person", [0.0, 0.0, 10.0, 10.0], {**VIEW})  # other class: skipped
-            objects[1] = (name, BOX, dict(VIEW))
-            savemat(root / "Annotations" / f"{name}_imagenet" / f"{image_name}.mat",
-                    {"record": {"filename": f"{image_name}.JPEG", "objects": objects}})
+            write_image_and_record(root / "Images" / f"{name}_imagenet", root / "Annotations" / f"{name}_imagenet",
+                                   image_name, name, VIEW)
+    return root
+
+
+def write_image_and_record(image_dir, annotation_dir, image_name, name, view):
+    image_dir.mkdir(parents=True, exist_ok=True)
+    annotation_dir.mkdir(parents=True, exist_ok=True)
+    pixels = np.random.default_rng(0).integers(0, 255, (110, 140, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(image_dir / f"{image_name}.JPEG")
+    objects = np.zeros((2,), dtype=[("class", object), ("bbox", object), ("viewpoint", object)])
+    objects[0] = ("person", [0.0, 0.0, 10.0, 10.0], {**view})  # other class: skipped
+    objects[1] = (name, BOX, dict(view))
+    savemat(annotation_dir / f"{image_name}.mat", {"record": {"filename": f"{image_name}.JPEG", "objects": objects}})
+
+
+OOD_VIEW = {**VIEW, "azimuth": 200.0, "elevation": 65.0}
+
+
+@pytest.fixture()
+def ood_root(tmp_path):
+    """OOD-CV pose-release layout: lists/<cls>_<nuisance>.txt, images/<cls>/, annotations/<cls>/."""
+    root = tmp_path / "OOD-CV"
+    (root / "lists").mkdir(parents=True)
+    (root / "lists" / "car_pose.txt").write_text("o101 1\no102 1\n")
+    for image_name in ("o101", "o102"):
+        write_image_and_record(root / "images" / "car", root / "annotations" / "car", image_name, "car", OOD_VIEW)
     return root
 
 
@@ -93,6 +113,22 @@ def test_reader_matches_pascal3d_projection_and_the_dataset_format(pascal_root, 
     assert visible.any()
 
 
+def test_ood_cv_nuisances_become_ood_splits_with_their_own_poses(pascal_root, ood_root):
+    data = load_pascal3d(Pascal3DSpec(root=str(pascal_root), classes=("car",), image_size=32,
+                                      ood_cv_root=str(ood_root), nuisances=("pose",)))
+    assert list(data["split"]) == ["train", "train", "test", "ood_pose", "ood_pose"]
+    np.testing.assert_allclose(data["poses"][3], [OOD_VIEW["azimuth"], OOD_VIEW["elevation"], OOD_VIEW["distance"]])
+    assert (data["pix_to_face"][3] != NO_FACE).sum() > 20
+    assert not np.array_equal(data["pix_to_face"][3], data["pix_to_face"][0])  # a different viewpoint
+    with pytest.raises(BadInputError, match="image list not found"):
+        load_pascal3d(Pascal3DSpec(root=str(pascal_root), classes=("car",), ood_cv_root=str(ood_root)))
+    with pytest.raises(BadInputError, match="unknown OOD-CV nuisance"):
+        load_pascal3d(Pascal3DSpec(root=str(pascal_root), classes=("car",), ood_cv_root=str(ood_root),
+                                   nuisances=("occlusion",)))
+    with pytest.raises(BadInputError, match="OOD-CV root not found"):
+        load_pascal3d(Pascal3DSpec(root=str(pascal_root), classes=("car",), ood_cv_root=str(ood_root / "x")))
+
+
 def test_reader_rejects_a_missing_root_and_a_missing_cad_model(pascal_root, tmp_path):
     with pytest.raises(BadInputError, match="root not found"):
         load_pascal3d(Pascal3DSpec(root=str(tmp_path / "nowhere"), classes=("car",)))
@@ -102,12 +138,18 @@ def test_reader_rejects_a_missing_root_and_a_missing_cad_model(pascal_root, tmp_
         load_pascal3d(Pascal3DSpec(root=str(pascal_root), classes=("bus",)))
 
 
-def test_cave_command_trains_on_a_pascal3d_directory(cli, pascal_root, tmp_path):
+def test_cave_command_trains_on_a_pascal3d_directory(cli, pascal_root, ood_root, tmp_path):
     pytest.importorskip("open3d")
+    (ood_root / "lists" / "car_pose.txt").rename(ood_root / "lists" / "car_weather.txt")
     r = cli(["explain", "cave", "-d", f"pascal3d:{pascal_root}", "--set", "classes=[car]", "--set", "image_size=32",
+             "--set", f"ood_cv_root={ood_root}", "--set", "ood_cv_nuisances=[weather]",
              "--set", "n_vertices=40", "--set", "clutter_queue=16", "--concepts", "2", "--epochs", "1",
              "--no-baselines", "--set", "figures=false", "--out", tmp_path / "run"])
     assert r.exit_code == 0, r.stderr
     data = load_dataset(tmp_path / "run" / "dataset.npz")
-    assert len(data["labels"]) == 3 and "fovs" in data
+    assert len(data["labels"]) == 5 and "fovs" in data
+    import json
+
+    cave_row = json.loads((tmp_path / "run" / "run.json").read_text())["metrics"]["rows"][0]
+    assert 0.0 <= cave_row["acc_ood_weather"] <= 1.0
     assert (tmp_path / "run" / "attributions_cave.npz").is_file()

@@ -52,6 +52,8 @@ class CaveConfig(BaseConfig):
     data: str = "synthetic"  # 'synthetic' (rendered here), 'pascal3d:ROOT' (PASCAL3D+ release1.1 layout, see
     #                          toolkit/explain/cave_pascal3d.py; both saved as OUT/dataset.npz) or a dataset .npz
     classes: list[str] = ["aeroplane", "car"]  # pascal3d: the categories to load
+    ood_cv_root: str | None = None  # pascal3d: an OOD-CV pose release; its nuisances add splits acc_ood_<nuisance>
+    ood_cv_nuisances: list[str] = ["context", "pose", "shape", "texture", "weather"]
     n_classes: int = 4  # synthetic: first n of car, house, mug, plane
     n_train_per_class: int = 100  # synthetic
     n_test_per_class: int = 40  # synthetic: per OOD split as well
@@ -355,7 +357,8 @@ def train_cave(config: CaveConfig, data: dict, ctx) -> tuple[CaveModel, dict]:
 
 def split_accuracy(predict, data) -> dict[str, float]:
     out = {}
-    for split in ("test", "occlusion", "texture", "noise", "unseen_pose"):
+    ood_cv = sorted(str(split) for split in set(data["split"]) if str(split).startswith("ood_"))
+    for split in ("test", "occlusion", "texture", "noise", "unseen_pose", *ood_cv):
         index = np.nonzero(data["split"] == split)[0]
         if len(index):
             predicted = predict(as_tensor_images(data["images"][index])).numpy()
@@ -370,7 +373,9 @@ def _dataset(config: CaveConfig, ctx) -> dict:
         from toolkit.explain.cave_pascal3d import Pascal3DSpec, load_pascal3d
 
         data = load_pascal3d(Pascal3DSpec(root=config.data.removeprefix("pascal3d:"), classes=tuple(config.classes),
-                                          image_size=config.image_size), progress=ctx.progress)
+                                          image_size=config.image_size, ood_cv_root=config.ood_cv_root,
+                                          nuisances=tuple(config.ood_cv_nuisances)),
+                             progress=ctx.progress)
         save_dataset(data, ctx.path("dataset.npz"))
         return data
     if config.data != "synthetic":

@@ -13,7 +13,14 @@ the focal length focal * viewport. pix_to_face is ray cast from one CAD model pe
 single-mesh setting), so face ids mean the same surface patch in every image. CAD axes are z-up; ours are y-up:
 (x, y, z) -> (x, z, -y), which maps PASCAL3D+'s camera centre d(cos e sin a, -cos e cos a, sin e) onto ours.
 ImageNet train -> split `train`, val -> `test`. Occluders in the photo are not known, so pix_to_face is the
-unoccluded CAD rendering (as in CAVE). OOD-CV is not read: its nuisance subsets need their own list files.
+unoccluded CAD rendering (as in CAVE).
+
+OOD-CV (Zhao et al., ECCV 2022; the pose release that NOVUM/CAVE evaluate on) extends PASCAL3D+ with nuisance
+subsets whose annotations use the same `record.objects[k].viewpoint` .mat format; its CAD models are PASCAL3D+'s:
+  OOD/lists/<cls>_<nuisance>.txt   image names (first field of each line), nuisance in context, pose, shape,
+                                   texture, weather (occlusion comes from OccludedPASCAL3D+, not OOD-CV)
+  OOD/images/<cls>/<name>.JPEG,  OOD/annotations/<cls>/<name>.mat
+Each nuisance becomes the split `ood_<nuisance>` next to PASCAL3D+'s train/test splits.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from toolkit.core.errors import BadInputError, require
 from toolkit.explain.render3d import PartMesh, camera_rays, look_at_camera, raycast
 
 SPLIT_LISTS = (("train", "train"), ("val", "test"))  # (Image_sets suffix, dataset split)
+OOD_CV_NUISANCES = ("context", "pose", "shape", "texture", "weather")
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,8 @@ class Pascal3DSpec:
     image_size: int = 64
     cad_index: int = 1  # 1-based CAD model of each class used as the class mesh
     crop_margin: float = 1.2  # crop side = margin x twice the box's largest reach from the principal point
+    ood_cv_root: str | None = None  # OOD-CV pose release: its nuisance subsets become splits ood_<nuisance>
+    nuisances: tuple[str, ...] = OOD_CV_NUISANCES
 
 
 def _load_mat(path: Path):
@@ -73,28 +83,49 @@ def _largest_object(record, name: str):
     return best
 
 
-def _sample(root: Path, name: str, image_name: str, mesh: PartMesh, spec: Pascal3DSpec):
+def _sample(image_path: Path, annotation_path: Path, name: str, mesh: PartMesh, spec: Pascal3DSpec):
     from PIL import Image
 
-    record = _load_mat(root / "Annotations" / f"{name}_imagenet" / f"{image_name}.mat")["record"]
-    obj = _largest_object(record, name)
+    obj = _largest_object(_load_mat(annotation_path)["record"], name)
     if obj is None:
         return None
     view = obj.viewpoint
     x1, y1, x2, y2 = np.asarray(obj.bbox, dtype=np.float64)
     reach = max(abs(x1 - view.px), abs(x2 - view.px), abs(y1 - view.py), abs(y2 - view.py), 1.0)
     side = 2 * reach * spec.crop_margin
-    path = root / "Images" / f"{name}_imagenet" / f"{image_name}.JPEG"
-    if not path.is_file():
-        raise BadInputError(f"PASCAL3D+ image not found: {path}")
+    if not image_path.is_file():
+        raise BadInputError(f"image not found: {image_path}")
     box = (view.px - side / 2, view.py - side / 2, view.px + side / 2, view.py + side / 2)
-    image = Image.open(path).convert("RGB").transform((spec.image_size,) * 2, Image.Transform.EXTENT, box,
+    image = Image.open(image_path).convert("RGB").transform((spec.image_size,) * 2, Image.Transform.EXTENT, box,
                                                        Image.Resampling.BILINEAR)
     fov = float(np.degrees(2 * np.arctan(side / 2 / (view.focal * view.viewport))))
     pose = np.array([view.azimuth, view.elevation, view.distance], dtype=np.float64)
     camera = look_at_camera(*pose, size=spec.image_size, fov_deg=fov, roll_deg=float(view.theta))
     faces, _ = raycast(mesh, camera_rays(camera))
     return np.asarray(image).transpose(2, 0, 1), faces, pose, fov, float(view.theta)
+
+
+def _image_names(listing: Path) -> list[str]:
+    require(listing.is_file(), f"image list not found: {listing}")
+    return [line.split()[0] for line in listing.read_text().splitlines() if line.strip()]
+
+
+def _listings(spec: Pascal3DSpec, name: str):
+    """(split, image names, name -> image path, name -> annotation path) of every split of class `name`."""
+    root = Path(spec.root)
+    for suffix, split in SPLIT_LISTS:
+        folder = f"{name}_imagenet"
+        yield (split, _image_names(root / "Image_sets" / f"{folder}_{suffix}.txt"),
+               lambda n, f=folder: root / "Images" / f / f"{n}.JPEG",
+               lambda n, f=folder: root / "Annotations" / f / f"{n}.mat")
+    if spec.ood_cv_root is None:
+        return
+    ood = Path(spec.ood_cv_root)
+    require(ood.is_dir(), f"OOD-CV root not found: {ood}")
+    for nuisance in spec.nuisances:
+        require(nuisance in OOD_CV_NUISANCES, f"unknown OOD-CV nuisance {nuisance!r}; one of {OOD_CV_NUISANCES}")
+        yield (f"ood_{nuisance}", _image_names(ood / "lists" / f"{name}_{nuisance}.txt"),
+               lambda n: ood / "images" / name / f"{n}.JPEG", lambda n: ood / "annotations" / name / f"{n}.mat")
 
 
 def load_pascal3d(spec: Pascal3DSpec, progress=lambda items, **_: items) -> dict[str, np.ndarray]:
@@ -106,12 +137,9 @@ def load_pascal3d(spec: Pascal3DSpec, progress=lambda items, **_: items) -> dict
     for label, name in enumerate(spec.classes):
         mesh = cad_mesh(root, name, spec.cad_index)
         data[f"mesh{label}_vertices"], data[f"mesh{label}_triangles"] = mesh.vertices, mesh.triangles
-        for suffix, split in SPLIT_LISTS:
-            listing = root / "Image_sets" / f"{name}_imagenet_{suffix}.txt"
-            require(listing.is_file(), f"PASCAL3D+ image list not found: {listing}")
-            names = [line.strip() for line in listing.read_text().splitlines() if line.strip()]
-            for image_name in progress(names, total=len(names), description=f"PASCAL3D+ {name} {split}"):
-                sample = _sample(root, name, image_name, mesh, spec)
+        for split, names, image_path, annotation_path in _listings(spec, name):
+            for image_name in progress(names, total=len(names), description=f"{name} {split}"):
+                sample = _sample(image_path(image_name), annotation_path(image_name), name, mesh, spec)
                 if sample is not None:
                     rows.append((*sample, label, split))
     require(rows, f"no annotated object of {list(spec.classes)} found under {root}")
