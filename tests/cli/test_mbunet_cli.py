@@ -25,7 +25,10 @@ def test_train_convert_infer_bench(cli, trained, tmp_path):
     run = json.loads((trained / "run.json").read_text())
     assert run["status"] == "ok" and run["metrics"]["variant"] == "masked"
     assert 0 <= run["metrics"]["miou"] <= 100 and "mask_ratios" in run["metrics"]
-    assert (trained / "model.safetensors").is_file() and (trained / "mask_search.json").is_file()
+    assert (trained / "model.safetensors").is_file()
+    search = json.loads((trained / "mask_search.json").read_text())
+    assert search["search"] == "cost" and search["chosen"] == run["metrics"]["mask_ratios"]
+    assert set(run["metrics"]["zero_fraction"]) == {n for n, r in search["chosen"].items() if r > 0}
 
     packed = tmp_path / "packed"
     r = cli(["segment", "mbunet", "convert", "--model", trained, "--out", packed, "--json"])
@@ -68,6 +71,8 @@ def test_infer_on_a_folder_writes_masks(cli, trained, tmp_path):
     (["train", "--variant", "ternary"], "variant"),
     (["train", "--steps", "0"], "steps"),
     (["train", "--set", "mask_candidates=[1.5]"], "mask ratios"),
+    (["train", "--set", "mask_rule=threshold", "--set", "mask_ratio=4"], "TWN threshold"),
+    (["train", "--set", "mask_search=random"], "mask_search"),
     (["train", "--size", "30"], "multiple"),
     (["train", "--set", "bogus=1"], "unknown config key"),
     (["convert", "--model", "/nonexistent"], "not a trained MBU-Net"),
@@ -96,6 +101,14 @@ def test_convert_refuses_fp32(cli, tmp_path):
     assert r.exit_code == 0, r.stderr
     r = cli(["segment", "mbunet", "convert", "--model", tmp_path / "fp", "--out", tmp_path / "p"])
     assert r.exit_code == 2 and "fp32" in r.stderr
+
+
+def test_probe_search_records_measured_gains(cli, tmp_path):
+    r = cli(["segment", "mbunet", "train", *TINY, "--steps", "2", "--set", "mask_search=probe", "--out",
+             tmp_path / "p"])
+    assert r.exit_code == 0, r.stderr
+    search = json.loads((tmp_path / "p" / "mask_search.json").read_text())
+    assert search["search"] == "probe" and set(search["gains"]) == set(search["bitops"])
 
 
 def test_dry_run_prints_plan(cli, tmp_path):

@@ -16,10 +16,14 @@ from toolkit.segment.mbunet import (
     choose_mask_ratios,
     iou_per_class,
     layer_bitops,
+    load_model,
     mean_iou,
     quantize_weight,
+    save_model,
     total_bitops,
     train_steps,
+    uniform_gains,
+    zero_fractions,
 )
 from toolkit.segment.packed import convert, fold_threshold, load_packed, save_packed
 
@@ -37,6 +41,19 @@ def test_quantize_binary_and_masked():
         assert flat[o][kept].min() > flat[o][~kept].max()
         assert torch.allclose(alpha[o], flat[o][kept].mean())
         assert torch.equal(qf[o][kept], torch.sign(w.flatten(1)[o][kept]))
+
+
+def test_threshold_rule_matches_a_per_channel_loop():
+    torch.manual_seed(1)
+    w = torch.randn(5, 7, 3, 3)
+    q, alpha = quantize_weight(w, 0.7, "threshold")
+    for o in range(5):  # TWN: Delta = 0.7 * mean|w| of the output channel, computed here in plain Python
+        values = w[o].flatten().tolist()
+        delta = 0.7 * sum(abs(v) for v in values) / len(values)
+        kept = [abs(v) for v in values if abs(v) > delta]
+        assert q[o].flatten().tolist() == [(1.0 if v >= 0 else -1.0) if abs(v) > delta else 0.0 for v in values]
+        assert alpha[o].item() == pytest.approx(sum(kept) / len(kept))
+    assert torch.equal(quantize_weight(w, 0.0, "threshold")[0], torch.where(w >= 0, 1.0, -1.0))
 
 
 def test_sign_ste_forward_and_clipped_gradient():
@@ -66,10 +83,10 @@ def test_threshold_folding_matches_bn_sign_for_every_sum():
         assert torch.equal(got, want), o
 
 
-def _trained_tiny(variant="masked", steps=3):
+def _trained_tiny(variant="masked", steps=3, rule="ratio"):
     torch.manual_seed(0)
     data = procedural_scenes(4, 16, 4, seed=1)
-    model = UNet(8, 2, 4, variant)
+    model = UNet(8, 2, 4, variant, rule)
     if variant == "masked":
         model.set_mask_ratios({"enc.0.0": 0.5, "enc.2.1": 0.3, "fuse.1": 0.7})
     train_steps(model, data.images, data.masks, steps, 4, 1e-2, 0)
@@ -78,12 +95,19 @@ def _trained_tiny(variant="masked", steps=3):
     return model.eval(), data
 
 
-@pytest.mark.parametrize("variant", ["masked", "binary"])
-def test_conversion_preserves_outputs_exactly(variant, tmp_path):
-    model, data = _trained_tiny(variant)
+@pytest.mark.parametrize("variant, rule", [("masked", "ratio"), ("masked", "threshold"), ("binary", "ratio")])
+def test_conversion_preserves_outputs_exactly(variant, rule, tmp_path):
+    model, data = _trained_tiny(variant, rule=rule)
     packed = convert(model)
     with torch.no_grad():
         reference = model(data.images)
+    save_model(model, tmp_path)
+    reloaded_float, arch = load_model(tmp_path)
+    assert arch["mask_rule"] == rule and torch.equal(reloaded_float(data.images), reference)
+    zeros = zero_fractions(model)
+    assert set(zeros) == ({"enc.0.0", "enc.2.1", "fuse.1"} if variant == "masked" else set())
+    if rule == "ratio" and variant == "masked":
+        assert zeros["enc.0.0"] == 0.5  # floor(0.5 * 8 * 9) of 72 weights per channel
     assert torch.equal(packed(data.images), reference)
     assert any(not layer.binary for layer in packed.layers.values()) == (variant == "masked")
     save_packed(packed, tmp_path)
@@ -120,6 +144,21 @@ def test_cost_aware_choice_respects_budget_and_ranks_gain_per_cost():
     assert choose_mask_ratios(gains, costs, budget=0.0) == {name: 0.0 for name in costs}
     chosen = choose_mask_ratios(gains, costs, budget=0.5)  # 100 extra bit-ops: b (10), then a does not fit, d
     assert chosen == {"a": 0.0, "b": 0.3, "c": 0.0, "d": 0.5}
+
+
+def test_uniform_sensitivity_masks_as_many_layers_as_the_budget_allows():
+    costs = {"enc": 4, "mid": 9, "up": 16, "fuse": 16, "deep": 2, "dec": 7}
+    for budget in (0.0, 0.1, 0.25, 0.5, 0.8, 1.0):
+        chosen = choose_mask_ratios(uniform_gains(costs, 0.5), costs, budget)
+        picked = {name for name, ratio in chosen.items() if ratio > 0}
+        allowed = budget * sum(costs.values())
+        fitting = [s for k in range(len(costs) + 1) for s in itertools.combinations(costs, k)
+                   if sum(costs[n] for n in s) <= allowed]  # exhaustive: equal gains -> most layers wins
+        assert sum(costs[n] for n in picked) <= allowed
+        assert len(picked) == max(len(s) for s in fitting), budget
+        assert set(chosen.values()) <= {0.0, 0.5}
+    assert {n for n, r in choose_mask_ratios(uniform_gains(costs, 0.5), costs, 0.25).items() if r} == \
+        {"deep", "enc", "dec"}  # cheapest first: 2 + 4 + 7 = 13 <= 13.5
 
 
 def test_greedy_equals_brute_force_when_costs_are_equal():

@@ -50,16 +50,30 @@ def sign(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x >= 0, torch.ones_like(x), -torch.ones_like(x))
 
 
-def quantize_weight(w: torch.Tensor, mask_ratio: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q, alpha): q in {-1, 0, +1} with the `mask_ratio` smallest-|w| weights of each output channel set to 0
-    (0 gives plain binary ±1), alpha[o] = mean |w| over the kept weights of channel o (TWN / XNOR-Net scale)."""
+MASK_RULES = ("ratio", "threshold")
+
+
+def keep_mask(w: torch.Tensor, mask: float, rule: str = "ratio") -> torch.Tensor:
+    """Weights that stay non-zero, per output channel (dim 0). `mask` 0 keeps all (plain binary).
+    ratio: the floor(mask * fan_in) smallest-|w| weights of each channel are zeroed (a fixed zero fraction).
+    threshold: TWN rule |w| > mask * mean|w| of the channel (mask 0.7 is TWN's Delta), so each channel's sparsity
+    follows its latent weights and can grow during training."""
     flat = w.detach().abs().flatten(1)
-    k = int(mask_ratio * flat.shape[1])
-    keep = torch.ones_like(flat, dtype=torch.bool)
-    if k > 0:
-        delta = flat.kthvalue(k, dim=1, keepdim=True).values
-        keep = flat > delta
-    keep = keep.view_as(w)
+    if mask == 0:
+        return torch.ones_like(w, dtype=torch.bool)
+    if rule == "threshold":
+        return (flat > mask * flat.mean(1, keepdim=True)).view_as(w)
+    k = int(mask * flat.shape[1])
+    if k == 0:
+        return torch.ones_like(w, dtype=torch.bool)
+    delta = flat.kthvalue(k, dim=1, keepdim=True).values
+    return (flat > delta).view_as(w)
+
+
+def quantize_weight(w: torch.Tensor, mask: float, rule: str = "ratio") -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, alpha): q = sign(w) in {-1, +1} where `keep_mask` keeps the weight, 0 elsewhere; alpha[o] = mean |w|
+    over the kept weights of channel o (TWN / XNOR-Net per-channel scale)."""
+    keep = keep_mask(w, mask, rule)
     q = torch.where(w >= 0, 1.0, -1.0).to(w.dtype) * keep
     alpha = (w.abs() * keep).flatten(1).sum(1) / keep.flatten(1).sum(1).clamp_min(1)
     return q, alpha
@@ -83,16 +97,17 @@ class QuantBlock(nn.Module):
         self.bn = nn.BatchNorm2d(cout)
         self.quantized = quantized
         self.mask_ratio = 0.0
+        self.mask_rule = "ratio"
         self.segments = segments or [cin]
 
     def integer_weight(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return quantize_weight(self.conv.weight, self.mask_ratio)
+        return quantize_weight(self.conv.weight, self.mask_ratio, self.mask_rule)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.quantized:
             return F.relu(self.bn(self.conv(x)))
         w = self.conv.weight
-        q, alpha = quantize_weight(w, self.mask_ratio)
+        q, alpha = self.integer_weight()
         if not self.training:
             s = F.conv2d(x, q, padding=1).round()  # exact integers whatever algorithm conv2d picks
             return sign(bn_affine(s, alpha.detach(), self.bn))
@@ -124,11 +139,15 @@ class UNet(nn.Module):
     """U-Net of `depth` down/up levels with channels width·2^i. Quantized blocks are named enc{i}.{j}, up{i},
     fuse{i}; their `mask_ratio` is 0 (binary) unless cost-aware masking gives them zeros."""
 
-    def __init__(self, width: int = 16, depth: int = 3, num_classes: int = 4, variant: str = "masked"):
+    def __init__(self, width: int = 16, depth: int = 3, num_classes: int = 4, variant: str = "masked",
+                 mask_rule: str = "ratio"):
         super().__init__()
         if variant not in VARIANTS:
             raise BadInputError(f"unknown variant '{variant}'", f"use one of {', '.join(VARIANTS)}")
+        if mask_rule not in MASK_RULES:
+            raise BadInputError(f"unknown mask rule '{mask_rule}'", f"use one of {', '.join(MASK_RULES)}")
         self.width, self.depth, self.num_classes, self.variant = width, depth, num_classes, variant
+        self.mask_rule = mask_rule
         quant = variant != "fp32"
         ch = [width * 2**i for i in range(depth + 1)]
         self.stem = StemBlock(ch[0], binary_out=quant)
@@ -141,6 +160,8 @@ class UNet(nn.Module):
         self.fuse = nn.ModuleList(QuantBlock(2 * ch[i], ch[i], quant, segments=[ch[i], ch[i]])
                                   for i in reversed(range(depth)))
         self.head = nn.Conv2d(ch[0], num_classes, 1)
+        for block in self.quant_blocks().values():
+            block.mask_rule = mask_rule
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x)
@@ -173,7 +194,14 @@ class UNet(nn.Module):
 
     def arch(self) -> dict:
         return {"width": self.width, "depth": self.depth, "num_classes": self.num_classes, "variant": self.variant,
-                "mask_ratios": self.mask_ratios()}
+                "mask_rule": self.mask_rule, "mask_ratios": self.mask_ratios()}
+
+
+@torch.no_grad()
+def zero_fractions(model: UNet) -> dict[str, float]:
+    """Share of zero weights in each masked layer as trained (the threshold rule lets it drift from the factor)."""
+    return {name: float((block.integer_weight()[0] == 0).float().mean())
+            for name, block in model.quant_blocks().items() if block.mask_ratio > 0}
 
 
 def layer_bitops(model: UNet, size: int) -> dict[str, int]:
@@ -214,6 +242,13 @@ def choose_mask_ratios(gains: dict[str, dict[float, float]], costs: dict[str, in
             chosen[name] = ratio
             spent += costs[name]
     return chosen
+
+
+def uniform_gains(costs: dict[str, int], ratio: float) -> dict[str, dict[float, float]]:
+    """The paper's observation that quantization sensitivity is uniform across layers, as gains for
+    `choose_mask_ratios`: every layer gains the same from its mask, so accuracy per cost ranks the cheapest layers
+    first (the decoder's wide fuse/up convs last)."""
+    return {name: {ratio: 1.0} for name in costs}
 
 
 @torch.no_grad()
@@ -320,7 +355,7 @@ def load_model(path: str | Path) -> tuple[UNet, dict]:
                             "train one with `iclrkit segment mbunet train`")
     try:
         arch = json.loads((path / ARCH_FILE).read_text())
-        model = UNet(arch["width"], arch["depth"], arch["num_classes"], arch["variant"])
+        model = UNet(arch["width"], arch["depth"], arch["num_classes"], arch["variant"], arch.get("mask_rule", "ratio"))
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise BadInputError(f"malformed {path / ARCH_FILE}: {exc}") from None
     model.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
@@ -330,9 +365,10 @@ def load_model(path: str | Path) -> tuple[UNet, dict]:
 
 class MBUNetTrainConfig(BaseConfig):
     """Train an MBU-Net (masked binary), a plain binary or an fp32 U-Net on a folder of images + PNG masks or on
-    the procedural benchmark. Masked: train binary for `warmup_fraction` of the steps, pick per-layer mask ratios by
-    cost-aware greedy search, then train on with the masks (paper: arXiv 2601.11660; official harness
-    github.com/ChunshuWu/MBU-Net has no training code, so the schedule here is ours)."""
+    the procedural benchmark. Masked: cost-aware greedy masking within `mask_budget`; with the paper's uniform
+    sensitivity (`mask_search=cost`) the masks are fixed before training and train from step 0; with measured gains
+    (`probe`) the network first trains binary for `warmup_fraction` of the steps (paper: arXiv 2601.11660; the
+    official harness github.com/ChunshuWu/MBU-Net has no training code, so the schedule here is ours)."""
 
     data: str = "procedural"  # `procedural` or a folder with images/ and masks/
     variant: Literal["masked", "binary", "fp32"] = "masked"
@@ -345,9 +381,12 @@ class MBUNetTrainConfig(BaseConfig):
     steps: int = Field(1500, ge=1)
     batch_size: int = Field(16, ge=1)
     lr: float = Field(2e-3, gt=0)
-    warmup_fraction: float = Field(0.5, ge=0, lt=1)  # masked: share of steps trained binary before the search
-    mask_candidates: list[float] = [0.3, 0.5, 0.7]  # zero ratios tried per layer
+    mask_rule: Literal["ratio", "threshold"] = "ratio"  # zero a fixed fraction per channel, or TWN |w| <= m·mean|w|
+    mask_search: Literal["cost", "probe"] = "cost"  # cost: uniform sensitivity (paper); probe: measured loss gains
+    mask_ratio: float = Field(0.5, gt=0)  # cost search: the mask given to chosen layers (fraction, or TWN factor)
     mask_budget: float = Field(0.5, ge=0)  # extra bit-ops allowed, as a fraction of the all-binary network's
+    warmup_fraction: float = Field(0.5, ge=0, lt=1)  # probe search: share of steps trained binary before probing
+    mask_candidates: list[float] = [0.3, 0.5, 0.7]  # probe search: masks tried per layer
     mask_ratios: dict[str, float] | None = None  # fixed ratios per layer: skips the search
     probe_images: int = Field(32, ge=1)  # training images the search scores gains on
 
@@ -355,8 +394,11 @@ class MBUNetTrainConfig(BaseConfig):
     def _check(self):
         if self.size % (2**self.depth):
             raise ValueError(f"size {self.size} must be a multiple of 2^depth = {2**self.depth}")
-        if any(not 0 <= r < 1 for r in self.mask_candidates + list((self.mask_ratios or {}).values())):
+        masks = self.mask_candidates + [self.mask_ratio] + list((self.mask_ratios or {}).values())
+        if self.mask_rule == "ratio" and any(not 0 <= r < 1 for r in masks):
             raise ValueError("mask ratios must lie in [0, 1)")
+        if self.mask_rule == "threshold" and any(not 0 <= r < 3 for r in masks):
+            raise ValueError("TWN threshold factors must lie in [0, 3)")
         return self
 
 
@@ -365,22 +407,26 @@ def train(config: MBUNetTrainConfig, ctx) -> dict:
 
     data = load_dataset(config.data, config.size, config.num_classes, config.n_images, ctx.seed)
     train_set, val_set = split(data, config.val_fraction, ctx.seed)
-    model = UNet(config.width, config.depth, data.num_classes, config.variant).to(ctx.device)
+    model = UNet(config.width, config.depth, data.num_classes, config.variant, config.mask_rule).to(ctx.device)
     costs = layer_bitops(model, config.size) if config.variant != "fp32" else {}
     progress = ctx.progress
     fit = {"batch_size": config.batch_size, "lr": config.lr, "seed": ctx.seed, "device": ctx.device,
            "progress": progress, "total": config.steps}
     gains: dict = {}
     if config.variant == "masked":
-        warm = int(config.steps * config.warmup_fraction) if config.mask_ratios is None else 0
+        probing = config.mask_ratios is None and config.mask_search == "probe"
+        if config.mask_ratios is not None:
+            model.set_mask_ratios(config.mask_ratios)
+        elif not probing:
+            model.set_mask_ratios(choose_mask_ratios(uniform_gains(costs, config.mask_ratio), costs,
+                                                     config.mask_budget))
+        warm = int(config.steps * config.warmup_fraction) if probing else 0
         losses, optimizer = train_steps(model, train_set.images, train_set.masks, warm, start=0, **fit)
-        if config.mask_ratios is None:
+        if probing:
             probe = slice(0, config.probe_images)  # training images: the validation set stays unseen
             gains = probe_mask_gains(model, train_set.images[probe].to(ctx.device),
                                      train_set.masks[probe].to(ctx.device), config.mask_candidates)
             model.set_mask_ratios(choose_mask_ratios(gains, costs, config.mask_budget))
-        else:
-            model.set_mask_ratios(config.mask_ratios)
         more, _ = train_steps(model, train_set.images, train_set.masks, config.steps - warm, start=warm,
                               optimizer=optimizer, **fit)
         losses += more
@@ -397,12 +443,16 @@ def train(config: MBUNetTrainConfig, ctx) -> dict:
         "iou": {name: (None if v is None else 100 * v) for name, v in zip(data.names, per_class)},
         "loss_first": losses[0] if losses else None,
         "loss_last": sum(losses[-20:]) / max(1, len(losses[-20:])) if losses else None,
+        "mask_rule": model.mask_rule,
         "mask_ratios": model.mask_ratios(),
+        "zero_fraction": zero_fractions(model),
         "bitops_vs_binary": total_bitops(costs, model.mask_ratios()) / binary_ops if binary_ops else None,
         "train_images": len(train_set.images), "val_images": len(val_set.images),
     }
-    if gains:
+    if config.variant == "masked":
         (ctx.path("mask_search.json")).write_text(json.dumps(
-            {"gains": {k: {str(r): g for r, g in v.items()} for k, v in gains.items()}, "bitops": costs}, indent=2))
+            {"search": "fixed" if config.mask_ratios is not None else config.mask_search,
+             "gains": {k: {str(r): g for r, g in v.items()} for k, v in gains.items()}, "bitops": costs,
+             "chosen": model.mask_ratios()}, indent=2))
     ctx.metrics.update(metrics)
     return metrics
