@@ -31,6 +31,9 @@ def mhlp(
     meta_prompt: Annotated[Optional[str], typer.Option(help="Free-text prior belief about good prompts.")] = None,
     eval_size: Annotated[Optional[int], typer.Option(help="Evaluation examples.")] = None,
     train_size: Annotated[Optional[int], typer.Option(help="Chain examples.")] = None,
+    predictive: Annotated[Optional[str], typer.Option(help="Posterior predictive: 'sample' (answer frequencies, "
+                                                      "official) or 'score' (class-word log-probs averaged over "
+                                                      "the samples; classification).")] = None,
     chat: Annotated[Optional[bool], typer.Option("--chat/--no-chat", help="Use the chat template for generation "
                                                  "and scoring (instruct models; local models only).")] = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
@@ -43,6 +46,6 @@ def mhlp(
             flags={"task_model": task_model, "proposer_model": proposer_model, "data": data, "steps": steps,
                    "burn_in": burn_in, "thinning": thinning, "chains": chains, "beta": beta,
                    "initial_prompt": initial_prompt, "meta_prompt": meta_prompt, "eval_size": eval_size,
-                   "train_size": train_size, "chat": chat},
+                   "train_size": train_size, "predictive": predictive, "chat": chat},
             common=Common.of(locals()),
             run=run_mhlp, inputs={"data": data})

@@ -42,6 +42,25 @@ def test_mhlp_end_to_end_over_loopback(cli, hf_server, tiny_llama_dir, qa_file, 
     assert accuracies[0]["prompt"] == "You are a helpful assistant. Think step by step."
 
 
+def test_mhlp_class_word_scoring_end_to_end(cli, tiny_llama_dir, qa_file, tmp_path):
+    out = tmp_path / "run"
+    r = cli(["prompt", "mhlp", "--task-model", tiny_llama_dir, "--proposer-model", tiny_llama_dir, "-d", qa_file,
+             "--steps", "2", "--burn-in", "0", "--thinning", "1", "--eval-size", "3", "--train-size", "4", "--predictive", "score",
+             "--set", "max_response_tokens=4", "--set", "max_prompt_tokens=4", "-o", out, "--json"])
+    assert r.exit_code == 0, r.stderr
+    metrics = json.loads(r.stdout)["metrics"]
+    assert metrics["n_samples"] == 3 and {row["method"] for row in metrics["rows"]} == {"mhlp", "single", "initial"}
+    assert all(0 <= row["ece"] <= 1 and 0 <= row["brier"] <= 2 for row in metrics["rows"])
+    selection = json.loads((out / "prompt_accuracy.json").read_text())
+    assert all("train_gold_logprob" in s for s in selection)
+
+
+def test_bad_predictive_choice(cli, tiny_llama_dir, qa_file, tmp_path):
+    r = cli(["prompt", "mhlp", "--task-model", tiny_llama_dir, "--proposer-model", tiny_llama_dir, "-d", qa_file,
+             "--predictive", "vote", "-o", tmp_path / "o"])
+    assert r.exit_code == 2
+
+
 def test_chat_scoring_needs_a_local_model(cli, hf_server, qa_file, tmp_path):
     spec = f"openai:tiny@{hf_server}"
     r = cli(["prompt", "mhlp", "--task-model", spec, "--proposer-model", spec, "-d", qa_file, "--chat",

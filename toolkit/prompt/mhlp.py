@@ -218,16 +218,21 @@ class LLMProposer:
 
 
 def mh_step(proposer: LLMProposer, scorer, theta: str, example: dict, beta: float, meta_prompt: str,
-            rng: np.random.Generator, pattern: str = ANSWER_PATTERN) -> tuple[str, dict]:
-    """One MHLP step on one example; returns the next state and a log record."""
+            rng: np.random.Generator, pattern: str = ANSWER_PATTERN,
+            prior_cache: dict[str, float] | None = None) -> tuple[str, dict]:
+    """One MHLP step on one example; returns the next state and a log record. The prior of a prompt does not
+    change between steps, so `prior_cache` (prompt → log prior) saves rescoring the current θ."""
     question, gold = example["question"], str(example["answer"])
     response = proposer.respond(theta, question)
     proposal = proposer.propose(theta, question, gold, response)
     chat = proposer.chat
     old_lik = gold_loglik(scorer, theta, question, response, gold, pattern, chat)
     new_lik = gold_loglik(scorer, proposal.state, question, proposal.info["response"], gold, pattern, chat)
-    old_prior = prior_logprob(scorer, theta, meta_prompt, chat)
-    new_prior = prior_logprob(scorer, proposal.state, meta_prompt, chat)
+    cache = {} if prior_cache is None else prior_cache
+    for prompt in (theta, proposal.state):
+        if prompt not in cache:
+            cache[prompt] = prior_logprob(scorer, prompt, meta_prompt, chat)
+    old_prior, new_prior = cache[theta], cache[proposal.state]
     log_alpha = log_acceptance(old_prior, new_prior, old_lik, new_lik, proposal.log_q_forward,
                                proposal.log_q_reverse, beta)
     ok = accept(log_alpha, float(rng.uniform(0.0, 1.0)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 from pydantic import Field
@@ -23,7 +23,14 @@ class MHLPConfig(BaseConfig):
 
     Baselines, each answering every evaluation question as many times as there are posterior samples (T as the
     ensemble, answer frequencies): `single` = the single best prompt (highest greedy accuracy on the chain's
-    training examples among the initial and the sampled prompts), `initial` = the initial prompt."""
+    training examples among the initial and the sampled prompts), `initial` = the initial prompt.
+
+    `predictive="score"` (an option beyond the official code, for classification): instead of sampling one answer
+    per prompt, each prompt gives class probabilities from the task model's log-probability of the answer line
+    (`answer_template`) for every class, normalised over the classes; the ensemble is their Bayesian model average
+    over the posterior samples, `single`/`initial` are that prompt's own probabilities, and the single best prompt
+    is picked by accuracy on the chain examples (ties: mean gold log-probability). No generation, so evaluation is
+    far cheaper."""
 
     task_model: str
     proposer_model: str
@@ -42,6 +49,8 @@ class MHLPConfig(BaseConfig):
     max_prompt_tokens: int = Field(64, ge=1)
     answer_pattern: str = mhlp.ANSWER_PATTERN
     classes: Optional[list[str]] = None  # answer labels; default: the distinct gold answers in the data
+    predictive: Literal["sample", "score"] = "sample"  # answer frequencies (official) or class-word scoring
+    answer_template: str = "Answer: {}"  # predictive="score": the scored answer line, {} = the class
     chat: bool = False  # send prompts through the chat template and score replies as assistant turns (instruct
     # models; needs a backend with 'chat_score', i.e. a local model)
 
@@ -92,14 +101,17 @@ def run_mhlp(config: MHLPConfig, ctx) -> dict:
     classes = config.classes or sorted({r["answer"] for r in rows})
     require(len(classes) >= 2, "MHLP's calibration metrics need at least 2 answer classes")
     train, test = split_examples(rows, config.train_size, config.eval_size, ctx.seed)
+    labels_of(test + train if config.predictive == "score" else test, classes)  # fail before the chain runs
+    require(config.predictive == "sample" or "{}" in config.answer_template,
+            "answer_template needs {} where the class goes")
     task = load_llm(config.task_model, device=ctx.device, dtype=ctx.torch_dtype)
     proposer = (task if config.proposer_model == config.task_model
                 else load_llm(config.proposer_model, device=ctx.device, dtype=ctx.torch_dtype))
     check_can_score(proposer, "proposer", config.chat)
     check_can_score(task, "task", config.chat)
 
-    samples, log_path, accepted = [], ctx.path("chain.jsonl"), []
-    with open(log_path, "w") as log:
+    samples, log_path, accepted, priors = [], ctx.path("chain.jsonl"), [], {}
+    with open(log_path, "w", buffering=1) as log:  # line-buffered: a long chain can be followed live
         for chain in range(config.chains):
             rng = np.random.default_rng(ctx.seed + chain)
             agent = mhlp.LLMProposer(task, proposer, config.temperature, config.max_response_tokens,
@@ -108,7 +120,7 @@ def run_mhlp(config: MHLPConfig, ctx) -> dict:
             theta, states = config.initial_prompt, [config.initial_prompt]
             for step in ctx.progress(range(config.steps), total=config.steps, description=f"chain {chain}"):
                 theta, record = mhlp.mh_step(agent, task, theta, train[step % len(train)], config.beta,
-                                             config.meta_prompt, rng, config.answer_pattern)
+                                             config.meta_prompt, rng, config.answer_pattern, priors)
                 states.append(theta)
                 accepted.append(record["accepted"])
                 log.write(json.dumps({"chain": chain, "step": step, **record}) + "\n")
@@ -117,16 +129,30 @@ def run_mhlp(config: MHLPConfig, ctx) -> dict:
     with open(ctx.path("samples.json"), "w") as f:
         json.dump(samples, f, indent=1)
 
-    questions = [r["question"] for r in test]
-    labels = [classes.index(r["answer"]) if r["answer"] in classes else -1 for r in test]
-    require(all(label >= 0 for label in labels), "an evaluation answer is not among `classes`")
     candidates = list(dict.fromkeys([config.initial_prompt, *samples]))
+    evaluate = score_rows if config.predictive == "score" else sample_rows
+    rows_out, selection = evaluate(config, ctx, task, candidates, samples, train, test, classes)
+    with open(ctx.path("prompt_accuracy.json"), "w") as f:
+        json.dump(selection, f, indent=1)
+    ctx.inputs.update(task_model=config.task_model, proposer_model=config.proposer_model)
+    ctx.metrics.update(n_samples=len(samples), acceptance_rate=float(np.mean(accepted)), n_train=len(train),
+                       n_eval=len(test), rows=rows_out)
+    return {"rows": rows_out, "acceptance_rate": float(np.mean(accepted)), "n_samples": len(samples)}
+
+
+def labels_of(examples: list[dict], classes: list[str]) -> list[int]:
+    labels = [classes.index(r["answer"]) if r["answer"] in classes else -1 for r in examples]
+    require(all(label >= 0 for label in labels), "an answer is not among `classes`")
+    return labels
+
+
+def sample_rows(config: MHLPConfig, ctx, task, candidates, samples, train, test, classes):
+    """The official posterior predictive: answer frequencies, every prompt sampling as many answers as there are
+    posterior samples; the single best prompt by greedy accuracy on the chain examples."""
+    questions, labels = [r["question"] for r in test], labels_of(test, classes)
     train_accuracy = mhlp.prompt_accuracies(task, candidates, train, config.max_response_tokens,
                                             config.answer_pattern, config.chat)
     best = candidates[int(np.argmax(train_accuracy))]
-    with open(ctx.path("prompt_accuracy.json"), "w") as f:
-        json.dump([{"prompt": p, "train_accuracy": float(a)} for p, a in zip(candidates, train_accuracy)], f,
-                  indent=1)
 
     def row(method: str, prompts: list[str]) -> dict:
         probs, format_rate = mhlp.predictive(task, prompts, questions, classes, config.temperature,
@@ -138,7 +164,24 @@ def run_mhlp(config: MHLPConfig, ctx) -> dict:
     # the initial prompt's row is the single row again when it is the best prompt (same prompts, same seeds)
     rows_out.append({**rows_out[1], "method": "initial"} if best == config.initial_prompt
                     else row("initial", [config.initial_prompt] * len(samples)))
-    ctx.inputs.update(task_model=config.task_model, proposer_model=config.proposer_model)
-    ctx.metrics.update(n_samples=len(samples), acceptance_rate=float(np.mean(accepted)), n_train=len(train),
-                       n_eval=len(test), rows=rows_out)
-    return {"rows": rows_out, "acceptance_rate": float(np.mean(accepted)), "n_samples": len(samples)}
+    return rows_out, [{"prompt": p, "train_accuracy": float(a)} for p, a in zip(candidates, train_accuracy)]
+
+
+def score_rows(config: MHLPConfig, ctx, task, candidates, samples, train, test, classes):
+    """Class-word scoring: each distinct prompt is scored once on the chain and evaluation examples."""
+    from toolkit.prompt.scoring import class_probabilities, model_average
+
+    train_labels, labels = labels_of(train, classes), labels_of(test, classes)
+    selection, eval_probs = [], {}
+    for prompt in ctx.progress(candidates, total=len(candidates), description="scoring prompts"):
+        probs = class_probabilities(task, prompt, [r["question"] for r in train + test], classes,
+                                    config.answer_template, config.chat)
+        train_probs, eval_probs[prompt] = probs[:len(train)], probs[len(train):]
+        gold = train_probs[np.arange(len(train)), train_labels]
+        selection.append({"prompt": prompt, "train_accuracy": float(np.mean(train_probs.argmax(1) == train_labels)),
+                          "train_gold_logprob": float(np.mean(np.log(np.maximum(gold, 1e-300))))})
+    best = max(selection, key=lambda s: (s["train_accuracy"], s["train_gold_logprob"]))["prompt"]
+    ensemble = model_average([eval_probs[p] for p in samples])
+    rows_out = [uncertainty_row("mhlp", ensemble, labels), uncertainty_row("single", eval_probs[best], labels),
+                uncertainty_row("initial", eval_probs[config.initial_prompt], labels)]
+    return rows_out, selection
