@@ -1,4 +1,4 @@
-"""`iclrkit merge latent train|run | average | task-arithmetic | ties | padded | zoo`: model merging."""
+"""`iclrkit merge latent train|run | average | task-arithmetic | ties | padded | zoo | lm-zoo`: model merging."""
 
 from __future__ import annotations
 
@@ -156,3 +156,14 @@ def zoo(out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed:
 
     execute(technique="merge.zoo", config_cls=DigitsZooConfig, flags={}, common=Common.of(locals(), device="cpu"),
             run=run_zoo)
+
+
+@app.command("lm-zoo", help="Build the LM merge zoo: tiny GPT-2s of two widths fine-tuned on two texts (minutes).",
+             epilog="Examples: iclrkit merge lm-zoo -o runs/lm-zoo | iclrkit merge lm-zoo --set widths=[32,64] "
+                    "--set backbone_steps=50 --set finetune_steps=20 -o lmzoo")
+def lm_zoo(out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
+           dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False) -> None:
+    from toolkit.merge.lmzoo import LMZooConfig, run_lm_zoo
+
+    execute(technique="merge.lm-zoo", config_cls=LMZooConfig, flags={}, common=Common.of(locals(), device="cpu"),
+            run=run_lm_zoo)

@@ -174,9 +174,9 @@ def test_latent_merge_of_hf_models_saves_an_hf_model(cli, tiny_gpt2_dir, tmp_pat
     assert all(torch.isfinite(t).all() for t in merged.state_dict().values())
 
 
-def test_cnn_zoo_merges_at_equal_width_and_refuses_unit_matching(cli, tmp_path):
+def test_cnn_zoo_merges_across_widths_with_channel_matching(cli, tmp_path):
     zoo_dir = tmp_path / "cnn"
-    r = cli(["merge", "zoo", "--set", "kind=cnn", "--set", "widths=[4]", "--set", "seeds=[0]",
+    r = cli(["merge", "zoo", "--set", "kind=cnn", "--set", "widths=[4,2]", "--set", "seeds=[0,1]",
              "--set", "backbone_epochs=1", "--set", "finetune_epochs=1", "-o", str(zoo_dir)])
     assert r.exit_code == 0, r.stderr
     models = zoo_dir / "models"
@@ -191,6 +191,43 @@ def test_cnn_zoo_merges_at_equal_width_and_refuses_unit_matching(cli, tmp_path):
     merged = load_for_merge(str(tmp_path / "avg" / "model"))
     assert merged.family == "digits-cnn" and net_from_state(merged.family, merged.arch, merged.state)(
         torch.zeros(3, 64)).shape == (3, 10)
-    r = cli(["merge", "padded", "-m", pair, "--target", str(models / "c4-s0-5to9"), "--align",
-             "-o", str(tmp_path / "aligned")])
-    assert r.exit_code == 2 and "linear layers" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # a 2-channel CNN projected into the 4-channel layout (channels weight-matched) and merged
+    mixed = f"{models / 'c2-s1-0to4'},{models / 'c4-s0-5to9'}"
+    r = cli(["merge", "padded", "-m", mixed, "--target", str(models / "c4-s0-5to9"), "--align",
+             "-o", str(tmp_path / "aligned"), "--json"])
+    assert r.exit_code == 0, r.stderr
+    aligned = load_for_merge(str(tmp_path / "aligned" / "model"))
+    assert aligned.arch["channels"] == 4 and 0 <= json.loads(r.stdout)["metrics"]["acc_union"] <= 100
+
+
+def test_gpt2_lm_zoo_and_mixed_width_merges(cli, text_file, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    config = tmp_path / "lm.yaml"
+    config.write_text(f"tasks: {{a: {{train: {text_file}}}, b: {{train: embedded}}}}\nwidths: [8, 16]\nseeds: [0, 1]\n"
+                      "heads: 2\nvocab: 300\ncontext: 32\nseqlen: 16\nbatch: 4\nbackbone_steps: 4\n"
+                      "finetune_steps: 4\nsnapshot_every: 2\nheldout_chars: 2000\nscore_windows: 4\n")
+    zoo_dir = tmp_path / "lmzoo"
+    r = cli(["merge", "lm-zoo", "--config", str(config), "-o", str(zoo_dir)])
+    assert r.exit_code == 0, r.stderr
+    models = zoo_dir / "models"
+    assert (models / "g8-s0-a-step2" / "heldout.txt").is_file() and not (models / "g8-s0-a-step4").exists()
+    small, big = models / "g8-s0-a", models / "g16-s1-b"
+    r = cli(["merge", "padded", "-m", f"{small},{big}", "--target", str(big), "--align", "-o",
+             str(tmp_path / "widened"), "--json"])
+    assert r.exit_code == 0, r.stderr
+    record = json.loads(r.stdout)
+    assert {"acc_task_a", "acc_task_b", "acc_union", "ppl_task_a", "ppl_task_b", "ppl_union"} <= set(record["metrics"])
+    assert record["baselines"]["parent0"]["ppl_task_a"] > 1
+    vae, out = tmp_path / "vae", tmp_path / "latent"
+    r = cli(["merge", "latent", "train", "-m", str(models), "--target", str(big), "--stage1-steps", "2",
+             "--stage2-steps", "2", *TINY_VAE, "-o", str(vae)])
+    assert r.exit_code == 0, r.stderr
+    r = cli(["merge", "latent", "run", "--vae", str(vae), "-m", f"{small},{big}", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stderr
+    merged = AutoModelForCausalLM.from_pretrained(out / "model")
+    assert merged.config.n_embd == 16 and merged.lm_head.weight is merged.transformer.wte.weight
+    assert json.loads(r.stdout)["metrics"]["ppl_union"] > 1
+    r = cli(["merge", "latent", "run", "--vae", str(vae), "-m", f"{small},{big}", "--target", str(small),
+             "-o", str(tmp_path / "narrow")])
+    assert r.exit_code == 2 and "integer factor" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -10,7 +10,7 @@ import torch
 from toolkit.merge import baselines, chunking
 from toolkit.merge.digits import DigitsMLP
 from toolkit.merge.latent import decode, encode, interpolate, latent_merge, slerp
-from toolkit.merge.projection import project, weight_matching
+from toolkit.merge.projection import lay_out, project, weight_matching
 from toolkit.merge.vae import (
     LossWeights,
     VAEShape,
@@ -283,7 +283,10 @@ def test_ties_against_an_elementwise_reference():
 def test_padded_average_pads_at_the_end_and_average_rejects_other_sizes():
     small = {"w": torch.ones(2, 3)}
     big = {"w": torch.full((3, 4), 3.0)}
-    merged = baselines.padded_average([small, big], big)["w"]
+    from toolkit.merge.models import PlainModel
+
+    laid = [lay_out(PlainModel("x", {}, s), PlainModel("x", {}, big), align=False) for s in (small, big)]
+    merged = baselines.average(laid)["w"]
     assert torch.equal(merged[:2, :3], torch.full((2, 3), 2.0)) and torch.equal(merged[2], torch.full((4,), 1.5))
     from toolkit.core.errors import BadInputError
 

@@ -1,4 +1,5 @@
-"""Weight-space merging baselines the paper compares against: averaging, task arithmetic, TIES, padded average.
+"""Weight-space merging baselines the paper compares against: averaging, task arithmetic, TIES (the padded
+average of different sizes is `average` over `projection.lay_out`).
 
 Task arithmetic: Ilharco et al., "Editing Models with Task Arithmetic", ICLR 2023 (θ = θ_base + λ Σ τ_i).
 TIES: Yadav et al., "TIES-Merging", NeurIPS 2023 (trim to the top-k% magnitudes, elect a sign per entry by the
@@ -10,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from toolkit.core.errors import require
-from toolkit.merge.projection import pad_or_truncate, project
 
 
 def normalise_weights(weights: list[float] | None, n: int) -> list[float]:
@@ -79,14 +79,3 @@ def trim_top_k(tau: torch.Tensor, density: float) -> torch.Tensor:
     out = torch.zeros_like(flat)
     out[index] = flat[index]
     return out.view_as(tau)
-
-
-def padded_average(states: list[dict[str, torch.Tensor]], target: dict[str, torch.Tensor],
-                   weights: list[float] | None = None, align: bool = False) -> dict[str, torch.Tensor]:
-    """Different sizes: every model re-laid into the target's shapes (zero-pad/truncate, or aligned projection
-    for MLPs when `align`), then averaged."""
-    if align:
-        laid = [project(s, target, align=True) for s in states]
-    else:
-        laid = [{n: pad_or_truncate(s[n], tuple(t.shape)) for n, t in target.items()} for s in states]
-    return average(laid, weights)

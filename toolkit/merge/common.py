@@ -42,9 +42,9 @@ def _same_model(source: str, spec: str) -> bool:
     return source == spec
 
 
-def task_classes(parents: list[PlainModel]) -> tuple[list[int] | None, list[int] | None]:
-    classes = [(p.task or {}).get("classes") for p in parents[:2]]
-    return classes[0], classes[1]
+def parent_tasks(parents: list[PlainModel]) -> tuple[dict | None, dict | None]:
+    """The tasks of parents A and B (digit classes, or a held-out text for LMs) the merge is scored on."""
+    return parents[0].task, parents[1].task
 
 
 def finish(ctx, parents: list[PlainModel], template: PlainModel, state: dict[str, torch.Tensor], technique: str,
@@ -56,7 +56,7 @@ def finish(ctx, parents: list[PlainModel], template: PlainModel, state: dict[str
     merged = like(template, state)
     save_merged(merged, ctx.path("model"), technique, [p.source for p in parents], paper,
                 command="", metadata=metadata)
-    task_a, task_b = task_classes(parents)
+    task_a, task_b = parent_tasks(parents)
     ctx.metrics.update(evaluate(merged, task_a, task_b))
     for index, parent in enumerate(parents):
         scores = evaluate(parent, task_a, task_b)

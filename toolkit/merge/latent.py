@@ -29,7 +29,7 @@ from toolkit.merge import chunking
 from toolkit.merge.baselines import average, normalise_weights
 from toolkit.merge.common import finish, load_parents, pick_target
 from toolkit.merge.models import PlainModel, evaluate, load_for_merge, parse_model_list
-from toolkit.merge.projection import is_linear_chain, project
+from toolkit.merge.projection import lay_out
 from toolkit.merge.vae import LossWeights, VAEShape, WeightVAE, learning_rate, stage_loss, stage_parameters
 
 PAPER = "https://openreview.net/forum?id=VSDV0SWwOC"
@@ -87,10 +87,7 @@ def laid_out(model: PlainModel, target: PlainModel | None, align: bool) -> dict[
     """The model in the target's layout (its own when no target, or when it is the target)."""
     if target is None or model is target:
         return model.state
-    same = all(model.state[n].shape == t.shape for n, t in target.state.items())
-    if same and not (align and is_linear_chain(target.state)):
-        return model.state  # unit matching is defined for MLPs; other same-size families merge as they are
-    return project(model.state, target.state, align=align)
+    return lay_out(model, target, align)
 
 
 def batch_of(chunked: chunking.Chunked, window: int) -> dict[str, torch.Tensor]:

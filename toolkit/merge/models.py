@@ -63,9 +63,9 @@ def load_for_merge(spec: str, device: str = "cpu") -> PlainModel:
     from toolkit.models.source import load_model
 
     hf_model, tokenizer = load_model(spec, device=device)
-    state = {k: v.detach().clone() for k, v in hf_model.state_dict().items()}
-    model = PlainModel(family=f"hf-{hf_model.config.model_type}", arch=_hf_arch(hf_model.config), state=state,
-                       source=spec, hf_model=hf_model, tokenizer=tokenizer)
+    model = PlainModel(family=f"hf-{hf_model.config.model_type}", arch=_hf_arch(hf_model.config),
+                       state=untied_state(hf_model), source=spec, hf_model=hf_model, tokenizer=tokenizer,
+                       task=_lm_task(hf_model.config, path))
     _check_finite(model)
     return model
 
@@ -83,8 +83,30 @@ def _load_plain(path: Path, config: dict) -> PlainModel:
                       task=spec.get("task"), source=str(path), metadata=config.get("iclrkit", {}))
 
 
+def _lm_task(config, path: Path) -> dict | None:
+    """An LM zoo model's task: its held-out text (a path relative to the model directory) and scoring sizes."""
+    task = dict((getattr(config, "iclrkit", None) or {}).get("task") or {})
+    if not task.get("heldout"):
+        return None
+    task["heldout"] = str((path / task["heldout"]).resolve())
+    require(Path(task["heldout"]).is_file(), f"{path}: the held-out text named in config.json is missing")
+    return task
+
+
+def untied_state(hf_model) -> dict[str, torch.Tensor]:
+    """The state dict without the aliases of tied weights (GPT-2's lm_head is wte): each tensor is merged once."""
+    state, seen = {}, set()
+    for name, tensor in hf_model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        state[name] = tensor.detach().clone()
+    return state
+
+
 def _hf_arch(config) -> dict:
-    keys = ("model_type", "hidden_size", "n_embd", "num_hidden_layers", "n_layer", "intermediate_size", "vocab_size")
+    keys = ("model_type", "hidden_size", "n_embd", "num_hidden_layers", "n_layer", "n_head", "num_attention_heads",
+            "intermediate_size", "vocab_size")
     return {k: getattr(config, k) for k in keys if hasattr(config, k)}
 
 
@@ -117,7 +139,10 @@ def save_merged(model: PlainModel, out: Path, technique: str, parents: list[str]
         return save_plain(model, out, metadata=meta)
     from toolkit.models.save import save_model
 
-    model.hf_model.load_state_dict(model.state)
+    missing, unexpected = model.hf_model.load_state_dict(model.state, strict=False)
+    tied = set(model.hf_model.state_dict()) - set(untied_state(model.hf_model))
+    require(not unexpected and set(missing) <= tied, f"merged state does not fit the model: missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}")
     return save_model(model.hf_model, model.tokenizer, out, technique=technique, source=" + ".join(parents),
                       paper=paper, command=command, metadata=meta)
 
@@ -141,12 +166,18 @@ def parse_model_list(models: list[str] | str | None) -> list[str]:
     return specs
 
 
-def evaluate(model: PlainModel, task_a: list[int] | None, task_b: list[int] | None) -> dict[str, float]:
-    """Digits accuracies (percent) for digits zoo models: on each parent's classes and on all ten."""
+def evaluate(model: PlainModel, task_a: dict | None, task_b: dict | None) -> dict[str, float]:
+    """Scores on the parents' tasks: digits accuracies (percent) on each parent's classes and on all ten; for
+    language models whose parents name a held-out text (the LM merge zoo), next-token accuracy and perplexity."""
     from toolkit.merge.digits import FAMILIES, accuracy_on, net_from_state
 
+    if model.hf_model is not None:
+        from toolkit.merge.lmzoo import lm_task_scores
+
+        return lm_task_scores(model, task_a, task_b)
     if model.family not in FAMILIES:
         return {}
+    task_a, task_b = ((t or {}).get("classes") for t in (task_a, task_b))
     net = net_from_state(model.family, model.arch, model.state)
     scores = {"acc_union": accuracy_on(net)}
     if task_a is not None:

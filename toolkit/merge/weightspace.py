@@ -7,6 +7,7 @@ from pydantic import Field
 from toolkit.core.config import BaseConfig
 from toolkit.merge import baselines
 from toolkit.merge.common import finish, load_parents, pick_target
+from toolkit.merge.projection import lay_out
 
 TA_PAPER = "https://arxiv.org/abs/2212.04089"
 TIES_PAPER = "https://arxiv.org/abs/2306.01708"
@@ -38,12 +39,13 @@ class TiesConfig(BaseConfig):
 
 class PaddedConfig(BaseConfig):
     """Different sizes: zero-pad/truncate each model to the target's shapes, then average (the naive baseline).
-    With align=true, MLP hidden units are first matched to the target (our dimensionality-matching projection)."""
+    With align=true, the models are first projected by our dimensionality-matching projection: MLP units and CNN
+    channels weight-matched to the target, GPT-2 widened function-preservingly (toolkit/merge/projection.py)."""
 
     models: list[str] = Field(default_factory=list, description="Models to merge (may differ in width).")
     target: str | None = Field(None, description="Model whose shapes the merge takes (default: the largest).")
     weights: list[float] | None = Field(None, description="One weight per model; default uniform.")
-    align: bool = Field(False, description="Match hidden units by weight matching before averaging (MLPs).")
+    align: bool = Field(False, description="Project first: weight-match MLP units / CNN channels, widen GPT-2.")
 
 
 def run_average(config: AverageConfig, ctx) -> None:
@@ -69,5 +71,5 @@ def run_ties(config: TiesConfig, ctx) -> None:
 def run_padded(config: PaddedConfig, ctx) -> None:
     parents = load_parents(config.models, ctx.device)
     target = pick_target(parents, config.target, ctx.device)
-    state = baselines.padded_average([p.state for p in parents], target.state, config.weights, config.align)
+    state = baselines.average([lay_out(p, target, config.align) for p in parents], config.weights)
     finish(ctx, parents, target, state, "merge.padded", "", {"target": target.source, "align": config.align})
