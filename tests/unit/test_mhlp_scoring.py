@@ -88,4 +88,5 @@ def test_score_rows_average_the_samples_probabilities():
     # B: p(yes) = 0.4, predicts "no" with confidence 0.6, right on q2 only; Brier mean(2 0.6^2, 2 0.4^2) = 0.52
     for method in ("single", "initial"):
         assert rows[method]["accuracy"] == pytest.approx(0.5) and rows[method]["ece"] == pytest.approx(0.1)
-        assert rows[method]["brier"] == pytest.approx(0.52)
+        assert rows[method]["brier"] == pytest.approx(0.52) and rows[method]["confidence"] == pytest.approx(0.6)
+    assert selection[0]["eval"]["confidence"] == pytest.approx(0.8) and rows["mhlp"]["confidence"] == pytest.approx(2 / 3)

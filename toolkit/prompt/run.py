@@ -86,7 +86,8 @@ def uncertainty_row(method: str, probs: np.ndarray, labels: list[int]) -> dict:
 
     predictions = probs.argmax(axis=1)
     return {"method": method, "accuracy": float(np.mean(predictions == np.asarray(labels))),
-            "ece": expected_calibration_error(probs, labels), "brier": brier_score(probs, labels)}
+            "ece": expected_calibration_error(probs, labels), "brier": brier_score(probs, labels),
+            "confidence": float(np.mean(probs.max(axis=1)))}
 
 
 def run_mhlp(config: MHLPConfig, ctx) -> dict:
@@ -179,7 +180,9 @@ def score_rows(config: MHLPConfig, ctx, task, candidates, samples, train, test, 
         train_probs, eval_probs[prompt] = probs[:len(train)], probs[len(train):]
         gold = train_probs[np.arange(len(train)), train_labels]
         selection.append({"prompt": prompt, "train_accuracy": float(np.mean(train_probs.argmax(1) == train_labels)),
-                          "train_gold_logprob": float(np.mean(np.log(np.maximum(gold, 1e-300))))})
+                          "train_gold_logprob": float(np.mean(np.log(np.maximum(gold, 1e-300)))),
+                          # diagnostic only (not used to pick `single`): this prompt alone on the evaluation set
+                          "eval": uncertainty_row("alone", eval_probs[prompt], labels)})
     best = max(selection, key=lambda s: (s["train_accuracy"], s["train_gold_logprob"]))["prompt"]
     ensemble = model_average([eval_probs[p] for p in samples])
     rows_out = [uncertainty_row("mhlp", ensemble, labels), uncertainty_row("single", eval_probs[best], labels),
