@@ -1,12 +1,13 @@
 """Benchmark setup: the synthetic multi-hop KB (corpus = all facts), a train/test question split, and a tiny GPT-2
 trained here from scratch whose parametric knowledge is the known half of the facts plus a reading skill learned on
-a disjoint KB. Writes OUT/{corpus,train,test}.jsonl, OUT/base/ (HF model dir) and OUT/setup.json."""
+a disjoint KB. Writes OUT/{corpus,train,val,test}.jsonl, OUT/base/ (HF model dir) and OUT/setup.json."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -52,6 +53,10 @@ def main() -> None:
     parser.add_argument("--cities", type=int, default=20)
     parser.add_argument("--countries", type=int, default=6)
     parser.add_argument("--test-fraction", type=float, default=0.4)
+    parser.add_argument("--val-fraction", type=float, default=0.15, help="held out of the train questions for "
+                        "choosing the training configuration (the test questions never change)")
+    parser.add_argument("--base-from", help="a setup directory this script wrote earlier with the same arguments: "
+                        "reuse its trained base model and probes instead of pretraining again (deterministic anyway)")
     parser.add_argument("--reading", type=int, default=5000)
     parser.add_argument("--epochs", type=float, default=3)
     parser.add_argument("--repeat", type=int, default=40)
@@ -67,9 +72,19 @@ def main() -> None:
     questions = list(kb.questions)
     random.Random(args.seed).shuffle(questions)
     n_test = round(args.test_fraction * len(questions))
+    n_val = round(args.val_fraction * len(questions))
     write_jsonl(out / "corpus.jsonl", kb.corpus())
     write_jsonl(out / "test.jsonl", questions[:n_test])
-    write_jsonl(out / "train.jsonl", questions[n_test:])
+    write_jsonl(out / "val.jsonl", questions[n_test:n_test + n_val])
+    write_jsonl(out / "train.jsonl", questions[n_test + n_val:])
+    split = {"test_questions": n_test, "val_questions": n_val, "train_questions": len(questions) - n_test - n_val}
+    if args.base_from:
+        earlier = Path(args.base_from)
+        shutil.copytree(earlier / "base", out / "base", dirs_exist_ok=True)
+        stats = {**json.loads((earlier / "setup.json").read_text()), **split, "base_from": str(earlier)}
+        (out / "setup.json").write_text(json.dumps(stats, indent=2))
+        print(json.dumps(stats, indent=2))
+        return
 
     known = synthetic.parametric_examples(kb)
     kb_names = synthetic.entity_names(kb)
@@ -116,7 +131,7 @@ def main() -> None:
     known_facts = [f for f in kb.facts if f in kb.known]
     unknown_facts = [f for f in kb.facts if f not in kb.known]
     stats = {"facts": len(kb.facts), "known_facts": len(known_facts), "questions": len(questions),
-             "test_questions": n_test, "train_questions": len(questions) - n_test,
+             **split,
              "all_known_fraction_test": sum(q["unknown_hops"] == 0 for q in questions[:n_test]) / n_test,
              "params": sum(p.numel() for p in model.parameters()), "pretrain_examples": len(texts),
              "pretrain_steps": len(losses), "pretrain_loss_last": sum(losses[-10:]) / 10, "pretrain_s": seconds,

@@ -33,6 +33,10 @@ def test_index_synth_train_run_end_to_end(cli, kb, files, tmp_path, tiny_gpt2_di
         assert metrics["found_rate"] == 1.0
         assert metrics["retrievals_per_path"] == pytest.approx(
             sum(q["unknown_hops"] for q in kb.questions) / len(kb.questions))
+        r = cli(["rag", "deeprag", "synth", "-m", f"openai:s@{url}", "-d", qa, "--index", tmp_path / "idx",
+                 "--set", "parametric_check=evidence", "-o", tmp_path / "synth-evidence", "--json"])
+        assert r.exit_code == 0, r.stderr  # the script never guesses, so the checked search finds the same paths
+        assert json.loads(r.stdout)["metrics"]["retrievals_per_path"] == metrics["retrievals_per_path"]
         r = cli(["rag", "deeprag", "run", "-m", f"openai:s@{url}", "-d", qa, "--index", tmp_path / "idx",
                  "--methods", "deeprag,always,never", "-o", tmp_path / "run", "--json"])
         assert r.exit_code == 0, r.stderr
@@ -94,7 +98,7 @@ def test_hotpot_per_question_contexts_and_dry_run(cli, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing-corpus", "malformed-qa", "bad-method", "no-index", "bad-topk",
-                                  "train-no-synth", "contexts-without-paragraphs"])
+                                  "train-no-synth", "contexts-without-paragraphs", "bad-check"])
 def test_bad_input_exits_2(cli, files, tmp_path, case):
     corpus, qa = files
     bad = tmp_path / "bad.jsonl"
@@ -106,6 +110,7 @@ def test_bad_input_exits_2(cli, files, tmp_path, case):
         "no-index": ["run", "-m", "openai:s@http://127.0.0.1:9/v1", "-d", qa, "--index", tmp_path / "none"],
         "bad-topk": ["synth", "-m", "x", "-d", qa, "--index", "contexts", "--top-k", "0"],
         "train-no-synth": ["train", "-m", "x", "-d", tmp_path],
+        "bad-check": ["synth", "-m", "x", "-d", qa, "--index", "contexts", "--set", "parametric_check=gold"],
         "contexts-without-paragraphs": ["run", "-m", "openai:s@http://127.0.0.1:9/v1", "-d", qa, "--index",
                                         "contexts"],
     }[case]

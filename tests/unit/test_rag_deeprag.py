@@ -84,6 +84,39 @@ def test_tree_search_gives_up_without_a_correct_path(kb):
     assert result.trace is None and result.expansions <= 10
 
 
+class LuckyGuessOracle:
+    """Two hops; the model guesses hop 1 wrong ("Wrong" instead of "Right"), yet both men were born in Rome, so the
+    all-parametric path reaches the gold answer by luck. Nothing is retrievable about the wrong man."""
+
+    memory = {"Who directed X?": "Wrong", "Where was Wrong born?": "Rome", "Where was Right born?": "Rome"}
+    passages = {"Who directed X?": "Right", "Where was Right born?": "Rome"}
+
+    def propose(self, question, steps):
+        if len(steps) == 2:
+            return "final", steps[-1].answer
+        return ("follow", "Who directed X?") if not steps else ("follow", f"Where was {steps[0].answer} born?")
+
+    def parametric(self, question, steps, subquery):
+        return self.memory[subquery]
+
+    def from_context(self, question, steps, subquery, passages):
+        return self.passages.get(subquery, NO_INFO)
+
+
+def test_evidence_check_prunes_lucky_parametric_guesses():
+    def search(agrees):
+        return tree_search("Where was the director of X born?", LuckyGuessOracle(), lambda q: [q],
+                           lambda a: a == "Rome", agrees=agrees).trace
+
+    paper = search(None)  # judged by the final answer only: the lucky guess is the minimum-retrieval path
+    assert paper.retrievals == 0 and [s.answer for s in paper.steps] == ["Wrong", "Rome"]
+    checked = search(lambda parametric, grounded: parametric == grounded)
+    assert [(s.answer, s.retrieves) for s in checked.steps] == [("Right", True), ("Rome", False)]
+    pairs = calibration_pairs(question_prompt(checked.question), checked)
+    assert [(p["chosen"], p["rejected"]) for p in pairs] == [(SEARCH, "Intermediate answer: Wrong"),
+                                                            ("Intermediate answer: Rome", SEARCH)]
+
+
 def test_calibration_pairs_condition_on_the_subquestion_not_the_question():
     trace = Trace("Where was the director of X born?",
                   [Step("Who directed X?", "Ann", ["X: X is a film directed by Ann."], alternative="Bob"),

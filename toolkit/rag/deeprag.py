@@ -55,6 +55,10 @@ class SynthConfig(BaseConfig):
     max_depth: int = Field(6, ge=1)
     max_expansions: int = Field(64, ge=1)  # tree nodes expanded per question before giving up
     decompose: Literal["auto", "gold", "model"] = "auto"
+    # none: the paper's search (a path is judged by its final answer only). evidence (not in the paper): prune a
+    # parametric answer that contradicts the model's reading of the retrieved passages, so no lucky wrong hop on the
+    # optimal path teaches skipping retrieval on a fact the model does not know (toolkit/rag/search.py).
+    parametric_check: Literal["none", "evidence"] = "none"
     parametric_prompt: str = PARAMETRIC_PROMPT  # {subquery}
     reader_prompt: str = READER_PROMPT  # {context} {subquery}; the model may answer "[No related Info]"
     instruction: str = INSTRUCTION
@@ -205,12 +209,14 @@ def run_synth(config: SynthConfig, ctx) -> dict:
     retrieve_for = make_retrieve(config.index, items, config.top_k)
     llm = load_llm_for(config.model, ctx, config.batch_size)
     cache: dict[str, str] = {}
+    agrees = (lambda parametric, grounded: answer_matches(parametric, [grounded])) \
+        if config.parametric_check == "evidence" else None
     found, retrievals, expansions, pairs_written = 0, 0, 0, 0
     with open(ctx.path("trajectories.jsonl"), "w") as trajectories, open(ctx.path("pairs.jsonl"), "w") as pairs:
         for item in ctx.progress(items, len(items), "tree search"):
             oracle = ModelOracle(llm, config, item, cache)
             result = tree_search(item.question, oracle, retrieve_for(item), lambda a: answer_matches(a, item.answers),
-                                 config.max_depth, config.max_expansions)
+                                 config.max_depth, config.max_expansions, agrees)
             expansions += result.expansions
             if result.trace is None:
                 continue

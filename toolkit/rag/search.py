@@ -4,6 +4,13 @@ Every sub-question has two children: answer it parametrically (retrieval count u
 from the passages (count + 1; pruned when the reader says the context has no related information). Nodes come off
 a priority queue ordered by retrieval count (ties: first pushed first, so parametric before retrieval), so the
 first correct terminal path popped uses the fewest retrievals of any correct path in the tree.
+
+Optional evidence check (`agrees`, not in the paper): the search judges a path only by its final answer, so a wrong
+parametric answer to a hop the model does not know survives whenever the rest of the path still lands on the gold
+answer (a wrong city that lies in the right country). Imitating such a path teaches the model to skip retrieval on
+a fact it does not know. With `agrees`, a parametric child whose answer contradicts what the model reads from the
+retrieved passages is pruned (a reader answer of "[No related Info]" cannot contradict), so every parametric step
+on the returned path is one the evidence confirms.
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ class SearchResult:
 
 
 def tree_search(question: str, oracle: Oracle, retrieve: Callable[[str], list[str]],
-                is_correct: Callable[[str], bool], max_depth: int = 6, max_expansions: int = 64) -> SearchResult:
+                is_correct: Callable[[str], bool], max_depth: int = 6, max_expansions: int = 64,
+                agrees: Callable[[str, str], bool] | None = None) -> SearchResult:
     order = itertools.count()
     heap: list[tuple[int, int, list[Step]]] = [(0, next(order), [])]
     result = SearchResult(trace=None, expansions=0)
@@ -55,9 +63,11 @@ def tree_search(question: str, oracle: Oracle, retrieve: Callable[[str], list[st
         parametric = oracle.parametric(question, steps, text)
         passages = retrieve(text)
         grounded = oracle.from_context(question, steps, text, passages) if passages else NO_INFO
-        heapq.heappush(heap, (retrievals, next(order),
-                              steps + [Step(text, parametric, None, alternative=grounded)]))
-        if NO_INFO.lower() not in grounded.lower():
+        has_info = NO_INFO.lower() not in grounded.lower()
+        if agrees is None or not has_info or agrees(parametric, grounded):
+            heapq.heappush(heap, (retrievals, next(order),
+                                  steps + [Step(text, parametric, None, alternative=grounded)]))
+        if has_info:
             heapq.heappush(heap, (retrievals + 1, next(order),
                                   steps + [Step(text, grounded, passages, alternative=parametric)]))
     return result
