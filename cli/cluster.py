@@ -43,6 +43,9 @@ def solve(
     restarts: Annotated[int | None, typer.Option(help="k-planes restarts for the warm start.")] = None,
     warm_start: Annotated[bool | None, typer.Option(
         "--warm-start/--no-warm-start", help="Give SCIP the heuristic solution as incumbent.")] = None,
+    tighten: Annotated[bool | None, typer.Option(
+        "--tighten/--no-tighten", help="Add our valid tightenings (data big-M, ||w||<=1, orbitopal symmetry, "
+                                       "spread point order); not in the paper.")] = None,
     plot: Annotated[bool | None, typer.Option("--plot/--no-plot", help="plot.png for 2-D/3-D data.")] = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False,
@@ -52,7 +55,7 @@ def solve(
     execute(technique="cluster.khc", config_cls=KhcConfig,
             flags={"data": data, "k": k, "formulation": formulation, "heuristic_only": heuristic_only,
                    "time_limit": time_limit, "gap": gap, "node_limit": node_limit, "threads": threads,
-                   "restarts": restarts, "warm_start": warm_start, "plot": plot},
+                   "restarts": restarts, "warm_start": warm_start, "tighten": tighten, "plot": plot},
             common=Common.of(locals()),
             run=run, plan=plan, inputs={"data": data})
 

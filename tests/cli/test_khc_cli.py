@@ -56,6 +56,12 @@ def test_heuristic_only_and_npy_input(cli, planted, tmp_path):
     assert not (tmp_path / "h" / "plot.png").exists()
 
 
+def test_tighten_flag_reaches_the_model(cli, planted):
+    r = cli(["cluster", "khc", "solve", "-d", planted / "points.csv", "-k", "2", "--tighten", "--dry-run"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["plan"]["model"]["convex_quadratic_constraints"] == 1 + 2  # epigraph + 2 balls
+
+
 def test_dry_run_prints_model_size(cli, planted):
     r = cli(["cluster", "khc", "solve", "-d", planted / "points.csv", "-k", "2", "--formulation", "inf",
              "--dry-run"])

@@ -12,9 +12,11 @@ from toolkit.cluster.khc import (
     FORMULATIONS,
     build_model,
     check_instance,
+    data_big_m,
     model_size,
     planted_instance,
     solve,
+    spread_order,
 )
 from toolkit.cluster.khc_heuristic import canonical_labels, fit_assignment, k_planes
 from toolkit.core.errors import BadInputError
@@ -60,6 +62,46 @@ def test_proven_optimum_equals_brute_force(tiny_optima, case, formulation):
     assert result.dual_bound <= optimum + 2e-6
 
 
+@pytest.mark.parametrize("formulation", ["plain", "inf"])
+@pytest.mark.parametrize("case", TINY, ids=[f"n{n}d{d}k{k}" for n, d, k, _ in TINY])
+def test_tightened_model_keeps_the_brute_force_optimum(tiny_optima, case, formulation):
+    """--tighten cuts solutions away (big-M, ball, orbitope, cluster sizes >= d: all active since n >= k d here)
+    and renumbers the points; the proven optimum must still be the enumerated one."""
+    points, optimum = tiny_optima[case]
+    assert len(points) >= case[1] * case[2]
+    result = solve(points, case[2], formulation, time_limit=60, warm_start=False, restarts=5, tighten=True)
+    assert result.status == "optimal"
+    assert result.objective == pytest.approx(optimum, rel=1e-6, abs=1e-9)
+    assert result.solver_objective == pytest.approx(optimum, abs=2e-6)
+
+
+def test_data_big_m_covers_every_residual_of_centroid_planes():
+    """Any assignment's total-least-squares planes (unit normal through the centroid, via numpy SVD) lie within
+    max_l ||a_i - a_l|| of every point a_i: the premise of the tightened big-M."""
+    rng = np.random.default_rng(4)
+    points = planted_instance(15, 3, 3, seed=4).points
+    big_m = data_big_m(points)
+    for _ in range(50):
+        labels = rng.integers(0, 3, len(points))
+        for j in range(3):
+            members = points[labels == j]
+            if len(members) < 2:
+                continue
+            centre = members.mean(axis=0)
+            normal = np.linalg.svd(members - centre)[2][-1]
+            assert (np.abs((points - centre) @ normal) <= big_m + 1e-12).all()
+
+
+def test_spread_order_is_a_farthest_first_permutation():
+    points = np.random.default_rng(1).normal(size=(12, 2))
+    order = spread_order(points)
+    assert sorted(order) == list(range(12))
+    assert order[0] == np.argmax(np.linalg.norm(points - points.mean(axis=0), axis=1))
+    for step in range(1, 12):
+        gaps = np.linalg.norm(points[:, None] - points[order[:step]][None], axis=2).min(axis=1)
+        assert gaps[order[step]] == pytest.approx(np.delete(gaps, order[:step]).max())
+
+
 @pytest.mark.parametrize("case", TINY, ids=[f"n{n}d{d}k{k}" for n, d, k, _ in TINY])
 def test_heuristic_is_an_upper_bound_with_the_exact_cost_of_its_assignment(tiny_optima, case):
     points, optimum = tiny_optima[case]
@@ -100,11 +142,12 @@ def test_planted_instance_lies_near_its_planes():
     assert np.allclose(np.linalg.norm(inst.w, axis=1), 1.0)
 
 
+@pytest.mark.parametrize("tighten", [False, True])
 @pytest.mark.parametrize("formulation", FORMULATIONS)
-def test_model_size_matches_the_built_model(formulation):
+def test_model_size_matches_the_built_model(formulation, tighten):
     points = planted_instance(7, 3, 2, seed=0).points
-    handles = build_model(points, 2, formulation)
-    size = model_size(7, 3, 2, formulation)
+    handles = build_model(points, 2, formulation, tighten=tighten)
+    size = model_size(7, 3, 2, formulation, tighten)
     variables = handles.model.getVars()
     assert len(variables) == size["binary_vars"] + size["continuous_vars"]
     assert sum(v.vtype() == "BINARY" for v in variables) == size["binary_vars"]

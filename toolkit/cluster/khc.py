@@ -18,6 +18,12 @@ add valid polyhedral norm constraints implied by ||w||_2 >= 1 that give spatial 
     one   (inf, 1):        ||w_j||_1 >= 1 with w = w+ - w-, w+ <= s, w- <= 1 - s, sum (w+ + w-) >= 1;
     multi:                 both sets, w_j1 >= 0 dropped.
 
+`tighten` (ours, not in the paper; valid because some optimal solution satisfies all of it: unit normals, planes
+through their cluster's centroid, clusters numbered by their first point, no cluster below d points): per-point
+big-M max_l ||a_i - a_l||, |gamma_j| <= max_l ||a_l||, the convex ball ||w_j||_2 <= 1, orbitopal symmetry
+breaking x_ij <= sum_{l<i} x_l,j-1, cluster sizes >= d, and the points numbered farthest-first with the
+assignment branched on in that order.
+
 SCIP takes only linear objectives, so sum d_i^2 moves into the epigraph constraint t >= sum d_i^2.
 """
 
@@ -61,6 +67,9 @@ class KhcConfig(BaseConfig):
     restarts: int = Field(100, ge=1)           # k-planes restarts for the warm start / upper bound
     warm_start: bool = True                    # hand the heuristic solution to SCIP as incumbent (a cutoff)
     norm_branch_priority: bool = True          # branch on the norm binaries u/s first (Prop 4)
+    tighten: bool = False                      # ours, beyond the paper: data big-M, ||w||_2 <= 1, orbitopal
+                                               # symmetry breaking, cluster sizes, spread point order (see
+                                               # build_model); valid (keeps an optimum), often fewer nodes
     plot: bool = True                          # write plot.png for d = 2 or 3
 
 
@@ -163,7 +172,7 @@ class KhcModel:
 
 
 def build_model(points: np.ndarray, k: int, formulation: str, *, relax: bool = False,
-                norm_branch_priority: bool = True) -> KhcModel:
+                norm_branch_priority: bool = True, tighten: bool = False) -> KhcModel:
     """The MI-QCQP of `formulation` on `points` (original coordinates; translated inside).
 
     relax=True builds the convex relaxation studied in Props 2-4 instead: binaries continuous in [0, 1] and the
@@ -182,10 +191,11 @@ def build_model(points: np.ndarray, k: int, formulation: str, *, relax: bool = F
     sign_symmetry = formulation in ("plain", "one")
     x = np.array([[model.addVar(f"x_{i}_{j}", vtype=binary, lb=0, ub=1 if j <= i else 0) for j in range(k)]
                   for i in range(n)])  # x_ij = 0 for i < j (1-based): assignment symmetry
-    dist = np.array([model.addVar(f"d_{i}", lb=0, ub=box.d_upper) for i in range(n)])
+    big_m = data_big_m(a) if tighten else np.full(n, box.d_upper)
+    dist = np.array([model.addVar(f"d_{i}", lb=0, ub=big_m[i]) for i in range(n)])
     w = np.array([[model.addVar(f"w_{j}_{h}", lb=0 if (h == 0 and sign_symmetry) else -1, ub=1) for h in range(d)]
                   for j in range(k)])
-    gamma_bound = d * box.b + box.d_upper
+    gamma_bound = float(np.linalg.norm(a, axis=1).max()) if tighten else d * box.b + box.d_upper
     gamma = np.array([model.addVar(f"gamma_{j}", lb=-gamma_bound, ub=gamma_bound) for j in range(k)])
     t = model.addVar("t", lb=0, ub=n * box.d_upper ** 2)
     model.setObjective(t, "minimize")
@@ -194,11 +204,20 @@ def build_model(points: np.ndarray, k: int, formulation: str, *, relax: bool = F
         model.addCons(quicksum(x[i]) == 1, f"assign_{i}")
         for j in range(min(i + 1, k)):
             residual = quicksum(float(a[i, h]) * w[j, h] for h in range(d)) - gamma[j]
-            model.addCons(dist[i] >= residual - box.d_upper * (1 - x[i, j]), f"above_{i}_{j}")
-            model.addCons(dist[i] >= -residual - box.d_upper * (1 - x[i, j]), f"below_{i}_{j}")
+            model.addCons(dist[i] >= residual - big_m[i] * (1 - x[i, j]), f"above_{i}_{j}")
+            model.addCons(dist[i] >= -residual - big_m[i] * (1 - x[i, j]), f"below_{i}_{j}")
+    if tighten:
+        _add_cluster_order(model, x, d)
+        if not relax:  # assign the points in their (spread) order: early decisions already bound the cost
+            for i in range(n):
+                for j in range(min(i + 1, k)):
+                    model.chgVarBranchPriority(x[i, j], n - i)
     if not relax:
         for j in range(k):
             model.addCons(quicksum(w[j, h] * w[j, h] for h in range(d)) >= 1, f"norm2_{j}")
+    if tighten:  # some optimum has unit normals, so the convex ball keeps it and confines w near the sphere
+        for j in range(k):
+            model.addCons(quicksum(w[j, h] * w[j, h] for h in range(d)) <= 1, f"ball_{j}")
     handles = KhcModel(model=model, formulation=formulation, x=x, dist=dist, w=w, gamma=gamma, t=t, box=box)
     if formulation in ("inf", "multi"):
         _add_inf_norm(model, handles, binary)
@@ -207,8 +226,45 @@ def build_model(points: np.ndarray, k: int, formulation: str, *, relax: bool = F
     if norm_branch_priority and not relax:
         for var in [*(handles.u.ravel() if handles.u is not None else []),
                     *(handles.s.ravel() if handles.s is not None else [])]:
-            model.chgVarBranchPriority(var, NORM_BRANCH_PRIORITY)
+            model.chgVarBranchPriority(var, NORM_BRANCH_PRIORITY + n if tighten else NORM_BRANCH_PRIORITY)
     return handles
+
+
+def spread_order(points: np.ndarray) -> np.ndarray:
+    """Farthest-first order: the point farthest from the centroid, then repeatedly the point farthest from those
+    already taken. Numbering the points so (with the symmetry breaking) puts spread-out points into the first
+    branching decisions, where d + 1 of them in one cluster already force a nonzero bound."""
+    taken = [int(np.argmax(np.linalg.norm(points - points.mean(axis=0), axis=1)))]
+    gap = np.linalg.norm(points - points[taken[0]], axis=1)
+    gap[taken[0]] = -np.inf
+    for _ in range(len(points) - 1):
+        taken.append(int(np.argmax(gap)))
+        gap = np.minimum(gap, np.linalg.norm(points - points[taken[-1]], axis=1))
+        gap[taken] = -np.inf
+    return np.array(taken)
+
+
+def data_big_m(a: np.ndarray) -> np.ndarray:
+    """Per-point big-M max_l ||a_i - a_l||_2: a unit-normal plane through its cluster's centroid (some optimum
+    has one) lies within that distance of every point, since the centroid is in the points' convex hull."""
+    return np.sqrt(((a[:, None, :] - a[None, :, :]) ** 2).sum(axis=2)).max(axis=1)
+
+
+def _add_cluster_order(model, x: np.ndarray, d: int) -> None:
+    """Orbitopal symmetry breaking and cluster sizes, both kept by some optimum:
+    - clusters numbered by their first point: x_ij <= sum_{l<i} x_l,j-1 (removes all k! relabellings; the
+      paper's x_ij = 0 for i < j removes only part of them);
+    - every cluster has >= d points when n >= k d (else >= 1): a cluster with fewer can take a point from one
+      with more than d, staying at cost 0 (d points lie on a hyperplane) without raising the donor's cost."""
+    from pyscipopt import quicksum
+
+    n, k = x.shape
+    for j in range(1, k):
+        for i in range(j, n):
+            model.addCons(x[i, j] <= quicksum(x[l, j - 1] for l in range(i)), f"order_{i}_{j}")
+    size = d if n >= k * d else 1
+    for j in range(k):
+        model.addCons(quicksum(x[:, j]) >= size, f"size_{j}")
 
 
 def _add_inf_norm(model, h: KhcModel, binary: str) -> None:
@@ -240,14 +296,16 @@ def _add_one_norm(model, h: KhcModel, binary: str, fix_first_sign: bool) -> None
             model.addCons(h.w_minus[j, c] <= 1 - h.s[j, c], f"minus_{j}_{c}")
 
 
-def model_size(n: int, d: int, k: int, formulation: str) -> dict:
+def model_size(n: int, d: int, k: int, formulation: str, tighten: bool = False) -> dict:
     """Variables and constraints of the model build_model makes, without building it (for --dry-run)."""
     free_x = sum(min(i + 1, k) for i in range(n))  # the others are fixed to 0 by the assignment symmetry breaking
     has_inf, has_one = formulation in ("inf", "multi"), formulation in ("one", "multi")
+    order_constraints = sum(n - j for j in range(1, k)) + k if tighten else 0
     return {"binary_vars": n * k + k * d * (has_inf + has_one), "binaries_fixed_by_symmetry": n * k - free_x,
             "continuous_vars": n + k * d + k + 1 + 2 * k * d * has_one,
-            "linear_constraints": n + 2 * free_x + (k + k * d) * has_inf + (k + 3 * k * d) * has_one,
-            "nonconvex_quadratic_constraints": k, "convex_quadratic_constraints": 1,
+            "linear_constraints": n + 2 * free_x + (k + k * d) * has_inf + (k + 3 * k * d) * has_one
+                                  + order_constraints,
+            "nonconvex_quadratic_constraints": k, "convex_quadratic_constraints": 1 + k * tighten,
             "plain_nodes_before_nonzero_bound_at_least": 2 ** (k * (d - 1))}
 
 
@@ -311,15 +369,17 @@ def set_limits(model, *, time_limit: float, gap: float, node_limit: int, seed: i
 
 def solve(points: np.ndarray, k: int, formulation: str = "inf", *, time_limit: float = 600.0, gap: float = 0.0,
           node_limit: int = -1, threads: int = 1, restarts: int = 100, warm_start: bool = True,
-          norm_branch_priority: bool = True, seed: int = 0) -> KhcResult:
+          norm_branch_priority: bool = True, tighten: bool = False, seed: int = 0) -> KhcResult:
     """Solve k-HC2 with the chosen formulation; the k-planes heuristic supplies the incumbent."""
     check_instance(points, k)
     started = time.perf_counter()
     heuristic = k_planes(points, k, restarts=restarts, seed=seed)
-    h = build_model(points, k, formulation, norm_branch_priority=norm_branch_priority)
+    order = spread_order(points) if tighten else np.arange(len(points))
+    h = build_model(points[order], k, formulation, norm_branch_priority=norm_branch_priority, tighten=tighten)
     set_limits(h.model, time_limit=time_limit, gap=gap, node_limit=node_limit, seed=seed)
     if warm_start:
-        add_warm_start(h, points, heuristic)
+        add_warm_start(h, points[order], PlaneFit(heuristic.w, heuristic.gamma, heuristic.labels[order],
+                                                  heuristic.objective))
     if threads > 1:
         h.model.setParam("parallel/maxnthreads", int(threads))
         h.model.solveConcurrent()
@@ -329,7 +389,9 @@ def solve(points: np.ndarray, k: int, formulation: str = "inf", *, time_limit: f
     if model.getNSols() == 0:
         raise RunError(f"SCIP found no solution (status {model.getStatus()})", "raise the time limit or warm-start")
     best = model.getBestSol()
-    labels = canonical_labels(np.array([int(np.argmax([model.getSolVal(best, v) for v in row])) for row in h.x]))
+    labels = np.empty(len(points), dtype=np.int64)
+    labels[order] = [int(np.argmax([model.getSolVal(best, v) for v in row])) for row in h.x]
+    labels = canonical_labels(labels)
     fit = fit_assignment(points, labels, k)
     if heuristic.objective < fit.objective:  # SCIP stopped early on a worse incumbent than the heuristic's
         fit = heuristic
@@ -386,7 +448,7 @@ def plan(config: KhcConfig, ctx) -> dict:
     check_instance(points, config.k)
     n, d = points.shape
     return {"n": n, "d": d, "k": config.k, "formulation": config.formulation,
-            "model": model_size(n, d, config.k, config.formulation),
+            "model": model_size(n, d, config.k, config.formulation, config.tighten),
             "guidance": "proven optima in minutes are typical up to n ~ 60, d <= 3, k <= 3 with inf/multi; "
                         "beyond that expect time limits (the result is then the best solution and a bound)"}
 
@@ -402,6 +464,7 @@ def run(config: KhcConfig, ctx) -> dict:
         result = solve(points, config.k, config.formulation, time_limit=config.time_limit, gap=config.gap,
                        node_limit=config.node_limit, threads=config.threads, restarts=config.restarts,
                        warm_start=config.warm_start, norm_branch_priority=config.norm_branch_priority,
+                       tighten=config.tighten,
                        seed=ctx.seed)
         fit = result.fit
         metrics = {"status": result.status, "objective": result.objective,
