@@ -78,8 +78,12 @@ def test_screening_mode_writes_decisions(cli, tiny_bert_dir, sets, tmp_path):
     out = tmp_path / "scan"
     r = cli(["defend", "backdoor", "-m", tiny_bert_dir, "-d", data, "--clean", train, "-o", out, "--json"])
     assert r.exit_code == 0, r.stderr
-    assert json.loads(r.stdout)["metrics"]["n"] == 2
+    metrics = json.loads(r.stdout)["metrics"]
+    assert metrics["n"] == 2 and metrics["pad_to"] == 8  # longest: "[CLS] great acting and a lovely story [SEP]"
     assert len((out / "decisions.jsonl").read_text().splitlines()) == 2
+    r = cli(["defend", "backdoor", "-m", tiny_bert_dir, "-d", data, "--clean", train, "--set", "attention_rows=real",
+             "-o", tmp_path / "real", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["metrics"]["pad_to"] is None, r.stderr
 
 
 def test_bad_input(cli, tiny_bert_dir, sets, tmp_path):
@@ -95,6 +99,8 @@ def test_bad_input(cli, tiny_bert_dir, sets, tmp_path):
         (["-d", long_file, "--clean", train], "more than max_length"),
         (["-d", unlabelled, "--clean", train, "--trigger", "cf"], "needs labelled data"),
         (["-d", test, "--clean", train, "--percentile", "100"], "percentile"),
+        (["-d", test, "--clean", train, "--set", "pad_to=100"], "pad_to is 100, more than max_length"),
+        (["-d", test, "--clean", train, "--set", "pad_to=0"], "pad_to must be positive"),
     ]
     for args, message in cases:
         out = tmp_path / "out"

@@ -13,33 +13,46 @@ from toolkit.defend.baselines import entropy, strip_threshold
 
 
 def test_token_scores_by_hand():
-    a = torch.tensor([0.1, 3.0, 1.0, 2.0])
-    g = torch.tensor([9.0, 4.0, 1.0, 1.0])
-    keep = torch.tensor([False, True, True, True])
+    tokens = ["[CLS]", "cf", "movie", "fun", "[SEP]"]
+    a = torch.tensor([0.1, 3.0, 1.0, 2.0, 9.0])
+    g = torch.tensor([9.0, 4.0, 1.0, 1.0, 9.0])
+    keep = torch.tensor([False, True, True, True, False])
     mean_a, mean_g = 2.0, 2.0  # over the kept tokens only
-    hand = [float("-inf"), (3.0 - mean_a) * 4.0 / mean_g, (1.0 - mean_a) * 1.0 / mean_g, 0.0]
-    assert token_scores(a, g, keep).tolist() == pytest.approx(hand)
-    assert torch.isinf(token_scores(a, g, torch.zeros(4, dtype=torch.bool))).all()
+    hand = [float("-inf"), (3.0 - mean_a) * 4.0 / mean_g, (1.0 - mean_a) * 1.0 / mean_g, 0.0, float("-inf")]
+    assert token_scores(tokens, a, g, keep).tolist() == pytest.approx(hand)
+    assert torch.isinf(token_scores(tokens, a, g, torch.zeros(5, dtype=torch.bool))).all()
+
+
+def test_token_scores_repeated_token_uses_max_values_and_all_occurrences_in_the_means():
+    # 'cf' twice: attention 1.0 (grad 6) and 4.0 (grad 2); 'film' once: attention 1.0, grad 1
+    tokens = ["cf", "film", "cf"]
+    a = torch.tensor([1.0, 1.0, 4.0])
+    g = torch.tensor([6.0, 1.0, 2.0])
+    keep = torch.ones(3, dtype=torch.bool)
+    mean_a, mean_g = 6.0 / 3, 9.0 / 3  # duplicates included, as the official code averages the filtered list
+    cf = (4.0 - mean_a) * (6.0 / mean_g)  # largest attention 4.0 and largest gradient 6.0 of the two occurrences
+    film = (1.0 - mean_a) * (1.0 / mean_g)
+    assert token_scores(tokens, a, g, keep).tolist() == pytest.approx([float("-inf"), film, cf])
 
 
 def test_attention_received_is_column_sum_of_layer_head_mean():
     torch.manual_seed(0)
     layers = [torch.rand(2, 3, 4, 4) for _ in range(2)]
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
-    got = attention_received(layers, mask)
-    for b in range(2):
-        for j in range(4):
-            hand = sum(layers[l][b, h, i, j] for l in range(2) for h in range(3) for i in range(4) if mask[b, i]) / 6
-            assert got[b, j] == pytest.approx(float(hand), rel=1e-5)
+    for rows in (mask, torch.ones_like(mask)):
+        got = attention_received(layers, rows)
+        for b in range(2):
+            for j in range(4):
+                hand = sum(layers[l][b, h, i, j] for l in range(2) for h in range(3) for i in range(4) if rows[b, i]) / 6
+                assert got[b, j] == pytest.approx(float(hand), rel=1e-5)
 
 
-def test_candidate_filter_drops_special_stopwords_punctuation_and_duplicates():
-    tokens = ["[CLS]", "the", "cf", "movie", ",", "cf", "##ness", "[SEP]"]
-    special = [True, False, False, False, False, False, False, True]
-    attention = torch.tensor([5.0, 4.0, 1.0, 2.0, 3.0, 2.5, 0.5, 6.0])
-    keep = candidate_mask(tokens, special, attention)
-    # the second 'cf' has more attention, so it is the occurrence kept
-    assert keep.tolist() == [False, False, False, True, False, True, True, False]
+def test_candidate_filter_drops_special_stopwords_punctuation():
+    tokens = ["[CLS]", "the", "cf", "movie", ",", "cf", "##s", "Ġthe", "▁cf", "##.", "[SEP]"]
+    special = [True] + [False] * 9 + [True]
+    # a '##' piece is never a stopword ('##s' stays, as in the official filter); word-start markers are stripped
+    assert candidate_mask(tokens, special).tolist() == [False, False, True, True, False, True, True, False, True,
+                                                        False, False]
 
 
 def test_char_noise_keeps_prefix_and_deletes_short_tokens():
@@ -113,9 +126,23 @@ def test_sentence_perplexity_matches_eval_perplexity(tiny_gpt2_dir):
     assert onion_clean(lm, tok, "word", threshold=0.0) == "word"
 
 
-def test_score_batch_matches_single_example_reference():
-    """Batched, padded scoring equals a one-at-a-time computation with the gradient read by a hook on the word
-    embeddings and attention from output_attentions."""
+def _reference_psi(tokens, special, a, g):
+    """Brute-force psi: the official per-string bookkeeping written out (max attention / max gradient per distinct
+    candidate string, means over every candidate occurrence)."""
+    cand = [j for j, t in enumerate(tokens) if not special[j] and t not in ("the", "is", "but", "and", "a")]
+    mean_a = sum(float(a[j]) for j in cand) / len(cand)
+    mean_g = sum(float(g[j]) for j in cand) / len(cand)
+    best = {}
+    for j in cand:
+        att, grad = best.get(tokens[j], (-1e9, -1e9))
+        best[tokens[j]] = (max(att, float(a[j])), max(grad, float(g[j])))
+    return max((att - mean_a) * grad / mean_g for att, grad in best.values())
+
+
+@pytest.mark.parametrize("pad_to", [None, 20])
+def test_score_batch_matches_single_example_reference(pad_to):
+    """Batched scoring equals a one-at-a-time computation with the gradient read by a hook on the word embeddings
+    and attention from output_attentions; with pad_to the text is padded to 20 tokens and every row is summed."""
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     from toolkit.defend.attacks import encoder_dir
@@ -128,10 +155,10 @@ def test_score_batch_matches_single_example_reference():
     model = BertForSequenceClassification(config).eval()
     model.set_attn_implementation("eager")
     tokenizer = AutoTokenizer.from_pretrained(encoder_dir("minilm"))
-    texts = ["a cf wonderful film", "the plot is dull but the acting is lovely and warm"]
-    batch = score_batch(model, tokenizer, texts)
+    texts = ["a cf wonderful film", "the plot is dull but the acting is lovely and warm , the plot"]
+    batch = score_batch(model, tokenizer, texts, pad_to=pad_to)
     for text, got in zip(texts, batch):
-        enc = tokenizer(text, return_tensors="pt")
+        enc = tokenizer(text, return_tensors="pt", **({"padding": "max_length", "max_length": pad_to} if pad_to else {}))
         grads = {}
         def keep_grad(module, args, output):
             output.register_hook(lambda g: grads.setdefault("g", g))
@@ -140,11 +167,10 @@ def test_score_batch_matches_single_example_reference():
         out = model(**enc, output_attentions=True)
         handle.remove()
         out.logits[0, out.logits[0].argmax()].backward()
-        g = grads["g"][0].norm(dim=-1)
-        a = torch.stack(out.attentions).mean(dim=(0, 2))[0].sum(0).detach()
-        tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
-        special = [t in ("[CLS]", "[SEP]") for t in tokens]
-        keep = candidate_mask(tokens, special, a)
-        ref = [((a[j] - a[keep].mean()) * g[j] / g[keep].mean()).item() for j in range(len(tokens)) if keep[j]]
-        assert got.score == pytest.approx(max(ref), rel=1e-4)
+        n = int(enc["attention_mask"].sum())
+        g = grads["g"][0].norm(dim=-1)[:n]
+        a = torch.stack(out.attentions).mean(dim=(0, 2))[0].sum(0).detach()[:n]  # all rows, padding ones included
+        tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0][:n])
+        special = [t in ("[CLS]", "[SEP]", ",") for t in tokens]
+        assert got.score == pytest.approx(_reference_psi(tokens, special, a, g), rel=1e-4)
         assert got.label == int(out.logits.argmax())

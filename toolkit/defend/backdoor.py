@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import string
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -38,39 +38,51 @@ def split_prefix(token: str) -> tuple[str, str]:
 
 
 def is_candidate(token: str, special: bool) -> bool:
-    """Not a special token, a stopword or punctuation (the filter F of the paper)."""
+    """The filter F of the paper: not a special token, stopword or punctuation. A '##' continuation piece is never a
+    stopword (the official filter compares the raw BERT piece, e.g. '##s', with the stopword list)."""
     if special:
         return False
-    body = split_prefix(token)[1].lower()
-    return body != "" and body not in STOPWORDS and not all(ch in string.punctuation for ch in body)
+    prefix, body = split_prefix(token)
+    if body == "" or all(ch in string.punctuation for ch in body):
+        return False
+    return prefix == "##" or body.lower() not in STOPWORDS
 
 
-def candidate_mask(tokens: Sequence[str], special: Sequence[bool], attention: torch.Tensor) -> torch.Tensor:
-    """Bool mask of F(x): candidates, deduplicated by token string keeping the highest-attention occurrence."""
-    keep = torch.zeros(len(tokens), dtype=torch.bool)
-    seen: set[str] = set()
-    for j in torch.argsort(attention, descending=True, stable=True).tolist():
-        if is_candidate(tokens[j], special[j]) and tokens[j] not in seen:
-            seen.add(tokens[j])
-            keep[j] = True
-    return keep
+def candidate_mask(tokens: Sequence[str], special: Sequence[bool]) -> torch.Tensor:
+    """Bool mask of F(x), every occurrence of a candidate token."""
+    return torch.tensor([is_candidate(t, s) for t, s in zip(tokens, special)], dtype=torch.bool)
 
 
-def token_scores(attention: torch.Tensor, grad_norm: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """s_j = (a_j - mean_F a) * (g_j / mean_F g) on the candidates F, -inf elsewhere."""
-    scores = torch.full_like(attention, float("-inf"), dtype=torch.float64)
-    if not keep.any():
+def token_scores(tokens: Sequence[str], attention: torch.Tensor, grad_norm: torch.Tensor,
+                 candidates: torch.Tensor) -> torch.Tensor:
+    """s_t = (a_t - mean_F a) * (g_t / mean_F g) for each distinct candidate token string t, placed at its
+    highest-attention occurrence (-inf everywhere else). As in the official code, a_t and g_t are the largest
+    attention and gradient norm over the occurrences of t, and the means run over every candidate occurrence."""
+    scores = torch.full((len(tokens),), float("-inf"), dtype=torch.float64)
+    positions = candidates.nonzero().flatten().tolist()
+    if not positions:
         return scores
     a, g = attention.double(), grad_norm.double()
-    mean_a, mean_g = a[keep].mean(), g[keep].mean().clamp_min(1e-30)
-    scores[keep] = (a[keep] - mean_a) * (g[keep] / mean_g)
+    mean_a, mean_g = a[positions].mean(), g[positions].mean().clamp_min(1e-30)
+    occurrences: dict[str, list[int]] = {}
+    for j in positions:
+        occurrences.setdefault(tokens[j], []).append(j)
+    for where in occurrences.values():
+        first = max(where, key=lambda j: (float(a[j]), -j))  # highest attention, earliest on ties
+        scores[first] = (a[where].max() - mean_a) * (g[where].max() / mean_g)
     return scores
 
 
-def attention_received(attentions: Sequence[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
-    """(B, T): column sums over real query rows of the attention averaged over all layers and heads."""
+def attention_received(attentions: Sequence[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    """(B, T): column sums over the query rows marked in `rows` (B, T) of the attention averaged over all layers and
+    heads: the attention each token receives."""
     mean = torch.stack([layer.float() for layer in attentions]).mean(dim=(0, 2))  # (B, T, T)
-    return (mean * mask.unsqueeze(-1).float()).sum(1)
+    return (mean * rows.unsqueeze(-1).float()).sum(1)
+
+
+def padded_length(tokenizer, texts: Sequence[str]) -> int:
+    """The longest tokenised text (special tokens included): the common length the official code pads a set to."""
+    return max((len(ids) for ids in tokenizer(list(texts))["input_ids"]), default=0)
 
 
 @dataclass
@@ -83,16 +95,22 @@ class Scored:
     suspect: int  # argmax position (-1 when no candidate)
 
 
-def score_batch(model, tokenizer, texts: Sequence[str], max_length: int = 256, device: str = "cpu") -> list[Scored]:
+def score_batch(model, tokenizer, texts: Sequence[str], max_length: int = 256, device: str = "cpu",
+                pad_to: Optional[int] = None) -> list[Scored]:
     """X-GRAAD anomaly score of each text: attention (eager, all layers/heads) x embedding-gradient norm of the
-    predicted-class logit, each relative to its mean over the candidate tokens."""
-    enc = tokenizer(list(texts), return_tensors="pt", padding=True, truncation=False)
-    longest = int(enc["attention_mask"].sum(1).max())
+    predicted-class logit, each relative to its mean over the candidate tokens.
+
+    pad_to=None counts only the real query rows in the received attention. pad_to=L pads every text to L tokens and
+    counts all L rows, padding queries included, as the official code does (it pads a whole set to its longest text
+    and sums the attention matrix over every row); padding rows still attend to the real tokens."""
     limit = min(max_length, getattr(model.config, "max_position_embeddings", max_length))
-    if longest > limit:
-        raise BadInputError(f"a text has {longest} tokens, more than max_length {limit} (the model context is "
+    longest = padded_length(tokenizer, texts)
+    if max(longest, pad_to or 0) > limit:
+        what = f"a text has {longest} tokens" if longest > limit else f"pad_to is {pad_to}"
+        raise BadInputError(f"{what}, more than max_length {limit} (the model context is "
                             f"{getattr(model.config, 'max_position_embeddings', '?')})", "shorten the text")
-    enc = enc.to(device)
+    padding = {"padding": "max_length", "max_length": max(longest, pad_to)} if pad_to else {"padding": True}
+    enc = tokenizer(list(texts), return_tensors="pt", truncation=False, **padding).to(device)
     embeddings = model.get_input_embeddings()(enc["input_ids"]).detach().requires_grad_(True)
     extra = {k: v for k, v in enc.items() if k not in ("input_ids",)}
     model.zero_grad(set_to_none=True)
@@ -103,7 +121,8 @@ def score_batch(model, tokenizer, texts: Sequence[str], max_length: int = 256, d
     predicted = out.logits.argmax(-1)
     out.logits.gather(1, predicted.unsqueeze(1)).sum().backward()
     grad_norm = embeddings.grad.norm(dim=-1).detach().cpu()
-    received = attention_received([a.detach() for a in out.attentions], enc["attention_mask"]).cpu()
+    rows = torch.ones_like(enc["attention_mask"]) if pad_to else enc["attention_mask"]
+    received = attention_received([a.detach() for a in out.attentions], rows).cpu()
     special_ids = set(tokenizer.all_special_ids)
     results = []
     for b in range(len(texts)):
@@ -111,19 +130,18 @@ def score_batch(model, tokenizer, texts: Sequence[str], max_length: int = 256, d
         ids = enc["input_ids"][b, :length].tolist()
         tokens = tokenizer.convert_ids_to_tokens(ids)
         special = [i in special_ids for i in ids]
-        keep = candidate_mask(tokens, special, received[b, :length])
-        scores = token_scores(received[b, :length], grad_norm[b, :length], keep)
-        best = int(scores.argmax()) if keep.any() else -1
+        scores = token_scores(tokens, received[b, :length], grad_norm[b, :length], candidate_mask(tokens, special))
+        best = int(scores.argmax()) if torch.isfinite(scores).any() else -1
         results.append(Scored(tokens, ids, special, int(predicted[b]), float(scores[best]) if best >= 0 else float("-inf"), best))
     return results
 
 
 def score_texts(model, tokenizer, texts: Sequence[str], batch_size: int = 32, max_length: int = 256,
-                device: str = "cpu", progress=None) -> list[Scored]:
+                device: str = "cpu", progress=None, pad_to: Optional[int] = None) -> list[Scored]:
     starts = list(range(0, len(texts), batch_size))
     results: list[Scored] = []
     for start in (progress(starts, total=len(starts), description="x-graad") if progress else starts):
-        results += score_batch(model, tokenizer, texts[start:start + batch_size], max_length, device)
+        results += score_batch(model, tokenizer, texts[start:start + batch_size], max_length, device, pad_to)
     return results
 
 

@@ -41,6 +41,10 @@ class BackdoorConfig(BaseConfig):
     clean: str  # held-out CLEAN texts for the threshold (never the test split)
     percentile: float = 95.0
     max_length: int = 256
+    # "padded" (official code): every text is padded to one common length and the padding query rows are counted in
+    # the attention each token receives; "real": only the real tokens' rows are counted.
+    attention_rows: Literal["padded", "real"] = "padded"
+    pad_to: Optional[int] = None  # the common length; None = the longest text screened or in the clean reference
     batch_size: int = 32
     max_rows: Optional[int] = None  # screen/evaluate a seeded random subset of `data` of this size
     max_clean: Optional[int] = None  # calibrate on a seeded random subset of `clean` of this size
@@ -131,10 +135,11 @@ def run_backdoor(config: BackdoorConfig, ctx) -> dict:
     ctx.inputs["model"] = config.model
     texts, labels = _subset(*_texts(config.data), config.max_rows, ctx.seed)
     clean_texts, _ = _subset(*_texts(config.clean), config.max_clean, ctx.seed)
+    pad_to = _pad_length(config, tokenizer, texts + clean_texts)
     score = lambda items: score_texts(model, tokenizer, items, config.batch_size, config.max_length,  # noqa: E731
-                                      ctx.device, ctx.progress)
+                                      ctx.device, ctx.progress, pad_to)
     threshold = percentile_threshold([s.score for s in score(clean_texts)], config.percentile)
-    ctx.metrics.update({"threshold": threshold, "n_clean_reference": len(clean_texts)})
+    ctx.metrics.update({"threshold": threshold, "n_clean_reference": len(clean_texts), "pad_to": pad_to})
     if config.eval_trigger is None:
         decisions = defend(model, tokenizer, score(texts), threshold, ctx.seed, ctx.device, config.max_length)
         _write_decisions(ctx.path("decisions.jsonl"), texts, decisions)
@@ -142,6 +147,20 @@ def run_backdoor(config: BackdoorConfig, ctx) -> dict:
         return ctx.metrics
     require(labels is not None, "evaluation (--trigger) needs labelled data (a 'label' on every row)")
     return _evaluate(config, ctx, model, tokenizer, texts, labels, clean_texts, score, threshold)
+
+
+def _pad_length(config: BackdoorConfig, tokenizer, texts) -> Optional[int]:
+    """The common padded length for attention_rows="padded": pad_to, or the longest text (with room for the
+    evaluation trigger, inserted as one more word), so the clean reference and the screened texts share it."""
+    from toolkit.defend.backdoor import padded_length
+
+    if config.attention_rows == "real":
+        return None
+    if config.pad_to is not None:
+        require(config.pad_to > 0, f"pad_to must be positive, got {config.pad_to}")
+        return config.pad_to
+    trigger = len(tokenizer.tokenize(config.eval_trigger)) if config.eval_trigger else 0
+    return padded_length(tokenizer, texts) + trigger
 
 
 def _subset(texts, labels, size: Optional[int], seed: int):
