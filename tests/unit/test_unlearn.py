@@ -164,3 +164,15 @@ def test_batches_are_seeded_and_cover_every_window_each_epoch():
     assert batch_indices(10, 4, 7, 5) == batch_indices(10, 4, 7, 5)
     batch = collate([torch.tensor([1, 2, 3]), torch.tensor([4])], pad=0)
     assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]] and batch["attention_mask"].sum() == 4
+
+
+def test_knowmem_prompt_ends_at_the_answer_colon(monkeypatch):
+    """A trailing space after 'Answer:' is a token the memorised text never has before its answer (BPE merges the
+    space into the next word), so the prompt must end at the colon."""
+    from toolkit.unlearn import evaluate as ev
+
+    seen = []
+    monkeypatch.setattr(ev, "continue_text", lambda model, tok, prompt, *a, **k: seen.append(prompt) or " Paris\nQ")
+    score = ev.knowmem(None, None, [("Capital of France?", "Paris")], [("Q1?", "A1")],
+                       ev.EvalConfig(model="m", verbmem="v.json"), "cpu")
+    assert seen == ["Question: Q1?\nAnswer: A1\n\nQuestion: Capital of France?\nAnswer:"] and score == 100.0

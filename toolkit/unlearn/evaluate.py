@@ -110,7 +110,8 @@ def knowmem(model, tokenizer, qa, icl, config: EvalConfig, device) -> float:
     shots = "".join(qa_text(q, a) + "\n\n" for q, a in icl)
     scores = []
     for question, answer in qa:
-        reply = continue_text(model, tokenizer, shots + qa_text(question, ""), config.qa_new_tokens, config, device)
+        reply = continue_text(model, tokenizer, (shots + qa_text(question, "")).rstrip(), config.qa_new_tokens,
+                              config, device)
         scores.append(rouge_l(reply.strip().split("\n")[0], answer)["recall"])
     return 100.0 * sum(scores) / len(scores)
 
