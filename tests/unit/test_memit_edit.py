@@ -32,7 +32,7 @@ def test_single_edit_reaches_target(tiny_gpt2_dir):
     layers, templates = [1], [""]
     before, = score_answers(model, tokenizer, [(request.text, request.target_new)], 4, "cpu")
     keys = compute_keys(model, arch, tokenizer, [request], templates, [1], 4, "cpu")[1]
-    delta, h = optimise_values(model, arch, tokenizer, [request], templates, keys, config, 1, "cpu")
+    delta, h, _ = optimise_values(model, arch, tokenizer, [request], templates, keys, config, 1, "cpu")
     width = keys.shape[-1]
     insert(model, arch, tokenizer, [request], templates, h + delta, layers,
            {l: torch.eye(width) for l in layers}, 1e-6, 4, "cpu")
@@ -41,3 +41,54 @@ def test_single_edit_reaches_target(tiny_gpt2_dir):
     after, = score_answers(model, tokenizer, [(request.text, request.target_new)], 4, "cpu")
     assert not before["strict"] and after["strict"]
     assert len(prompt_rows(tokenizer, [request], templates, with_target=True)[0].targets) == 1
+
+
+def test_insertion_reach_is_sherman_morrison_share_of_delta():
+    """One edit, one layer: the closed form moves the output by r·kᵀ(λC + kkᵀ)⁻¹k = r·s/(1+s), s = kᵀ(λC)⁻¹k,
+    so a λ tuned for a wide model inserts only a small share of δ into a narrow one."""
+    from toolkit.edit.memit import closed_form_update, insertion_reach
+
+    torch.manual_seed(3)
+    d_in, d_out = 24, 10
+    X = torch.randn(d_in, 500, dtype=torch.float64)
+    C = X @ X.t() / 500
+    k, r, h = X[:, :1] * 2, torch.randn(d_out, 1, dtype=torch.float64), torch.randn(1, d_out, dtype=torch.float64)
+    shares = []
+    for lam in (15000.0, 10.0, 1e-3):
+        reached = h + (closed_form_update(k, r, C, lam) @ k).t()
+        s = float(k.t() @ torch.linalg.solve(lam * C, k))
+        share = float(insertion_reach(reached, h, r.t()))
+        assert abs(share - s / (1 + s)) < 1e-9
+        shares.append(share)
+    assert shares[0] < 0.01 < shares[1] < shares[2] and shares[2] > 0.99
+
+
+def test_handful_of_edits_reach_strict_efficacy(cli, tmp_path, tiny_gpt2_dir):
+    """Regression for the 0 % benchmark: five edits on the tiny model with a text covariance. With λ scaled to
+    the key width the weights produce δ and the strict metric sees every edit; the 7B-model λ = 15000 inserts
+    almost nothing into 128-wide keys (reach < 10 %) and warns about it."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
+    pairs = [("object", "the"), ("list", "in"), ("module", "is"), ("string", "a"), ("function", "t")]
+    for _, target in pairs:
+        assert len(tokenizer(" " + target, add_special_tokens=False)["input_ids"]) == 1
+    facts = tmp_path / "facts.jsonl"
+    facts.write_text("\n".join(json.dumps({"prompt": "The new name of {}", "subject": s, "target_new": t})
+                               for s, t in pairs))
+    common = ["edit", "memit", "-m", tiny_gpt2_dir, "-d", facts, "--steps", "25", "--json",
+              "--set", f"stats_dir={tmp_path / 'stats'}", "--set", "cov_tokens=4096", "--set", "cov_seqlen=64",
+              "--set", "context_prefixes=1", "--set", "prefix_tokens=3", "--set", "fluency_samples=0",
+              "--set", "clamp_factor=4", "--set", "save_model=false",
+              # ‖h‖ of an untrained model is tiny, so MEMIT's decay ‖δ‖/‖h‖² would pin δ at 0
+              "--set", "v_weight_decay=0"]
+    metrics = {}
+    for lam in ("50", "15000"):
+        result = cli([*common, "--mom2-weight", lam, "-o", tmp_path / lam])
+        assert result.exit_code == 0, result.stderr
+        metrics[lam] = json.loads((tmp_path / lam / "run.json").read_text())["metrics"]
+    assert metrics["50"]["insertion_reach"] > 0.7 and metrics["50"]["efficacy"] >= 80
+    assert metrics["15000"]["insertion_reach"] < 0.1 and metrics["15000"]["efficacy"] < metrics["50"]["efficacy"]
+    assert "lower mom2_update_weight" in result.stderr

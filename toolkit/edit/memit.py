@@ -403,21 +403,23 @@ class ValueAlignment(Protocol):
 
 def optimise_values(model, arch: Arch, tokenizer, requests: list[EditRequest], templates: list[str],
                     keys_z: torch.Tensor, config: MemitConfig, layer: int, device,
-                    alignment: ValueAlignment | None = None, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
+                    alignment: ValueAlignment | None = None, progress=None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """δ for every request, in chunks of config.opt_batch requests optimised together (each its own problem,
-    earlier chunks final before later ones start); returns (δ, h), both (n, d)."""
-    deltas, inits = [], []
+    earlier chunks final before later ones start); returns (δ, h, final target NLL): (n, d), (n, d), (n,)."""
+    deltas, inits, nlls = [], [], []
     chunks = range(0, len(requests), config.opt_batch)
     for start in (progress(chunks, description="values") if progress else chunks):
         span = range(start, min(start + config.opt_batch, len(requests)))
         extra = (lambda d, s=span: alignment.loss(d, s)) if alignment else None
-        delta, init = _optimise_chunk(model, arch, tokenizer, [requests[i] for i in span], templates,
-                                      keys_z[span.start:span.stop], config, layer, device, extra)
+        delta, init, nll = _optimise_chunk(model, arch, tokenizer, [requests[i] for i in span], templates,
+                                           keys_z[span.start:span.stop], config, layer, device, extra)
         if alignment:
             alignment.record(delta, span)
         deltas.append(delta)
         inits.append(init)
-    return torch.cat(deltas), torch.cat(inits)
+        nlls.append(nll)
+    return torch.cat(deltas), torch.cat(inits), torch.cat(nlls)
 
 
 def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config, layer, device, alignment):
@@ -477,6 +479,8 @@ def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config,
             loss = loss + config.v_weight_decay * delta.norm(dim=-1) / h_init.norm(dim=-1).square()
             if alignment is not None:
                 loss = loss + alignment(delta)
+            log.debug("value step %d: mean target NLL %.3f, mean loss %.3f, active %d", step,
+                      float(nll.detach().mean()), float(loss.detach().mean()), int(active.sum()))
             active &= loss.detach() >= config.early_stop_loss
             if step == config.v_num_grad_steps - 1 or not active.any():
                 break
@@ -484,7 +488,7 @@ def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config,
             delta = delta.detach()
             adam.step(delta, grad, active)
             delta = project_norm(delta, max_norm)
-    return delta.detach(), h_init
+    return delta.detach(), h_init, nll.detach()
 
 
 # ---------------------------------------------------------------- insertion
@@ -492,7 +496,10 @@ def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config,
 
 def insert(model, arch: Arch, tokenizer, requests, templates, z: torch.Tensor, layers: list[int],
            covs: dict[int, torch.Tensor], lam: float, batch: int, device) -> dict[int, float]:
-    """Spread Z − H across the edit layers in order (MEMIT's closed form); returns ‖ΔW‖ per layer."""
+    """Spread Z − H across the edit layers in order (MEMIT's closed form); returns ‖ΔW‖ per layer.
+
+    Each layer reaches about kᵀ(λC + KKᵀ)⁻¹k of its share of the residual; kᵀC⁻¹k grows with the key width,
+    so a λ tuned for a 7B model (d_ff 11-16k) inserts only part of δ into a small model (see insertion_reach)."""
     from toolkit.models.adapters import linear_weight, set_linear_weight
     from toolkit.nn.hooks import module_at
 
@@ -509,6 +516,11 @@ def insert(model, arch: Arch, tokenizer, requests, templates, z: torch.Tensor, l
         set_linear_weight(module, (weight.double() + update).to(weight.dtype), arch.conv1d)
         norms[layer] = float(update.norm())
     return norms
+
+
+def insertion_reach(reached: torch.Tensor, h: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """Share of each δ the edited weights produce at the z layer: the projection of (reached − h) on δ / ‖δ‖."""
+    return ((reached - h) * delta).sum(-1) / delta.square().sum(-1).clamp_min(1e-12)
 
 
 # ---------------------------------------------------------------- run
@@ -548,7 +560,7 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
         ctx.baselines["unedited"] = evaluate(model, tokenizer, facts, config, device, ctx.progress)
     edit_seconds = 0.0  # keys, values and insertion only: no covariance, no evaluation
     batch = config.batch_size or len(facts)
-    all_keys, all_deltas, per_batch = [], [], []
+    all_keys, all_deltas, all_nll, all_reach, per_batch = [], [], [], [], []
     alignment = alignment_factory() if alignment_factory else None
     for start in range(0, len(facts), batch):
         clock = time.perf_counter()
@@ -557,11 +569,14 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
                               device)[layers[-1]]
         if alignment:
             alignment.begin_batch(keys_z)
-        delta, h = optimise_values(model, arch, tokenizer, chunk, templates, keys_z, config, layers[-1], device,
-                                   alignment, ctx.progress)
+        delta, h, nll = optimise_values(model, arch, tokenizer, chunk, templates, keys_z, config, layers[-1],
+                                        device, alignment, ctx.progress)
         norms = insert(model, arch, tokenizer, chunk, templates, h + delta, layers, covs,
                        config.mom2_update_weight, config.eval_batch, device)
         edit_seconds += time.perf_counter() - clock
+        reached = block_outputs(model, arch, tokenizer, chunk, layers[-1], config.eval_batch, device)
+        all_reach.append(insertion_reach(reached, h, delta))
+        all_nll.append(nll)
         all_keys.append(keys_z)
         all_deltas.append(delta)
         if config.batch_size:
@@ -570,6 +585,12 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
                               **{f"delta_w_norm_layer{l}": v for l, v in norms.items()}})
     metrics = evaluate(model, tokenizer, facts, config, device, ctx.progress)
     metrics["alignment_spearman"] = alignment_spearman(torch.cat(all_keys), torch.cat(all_deltas))
+    # the two stages that must both succeed for a strict edit: δ makes the model say o, the weights produce δ
+    metrics["value_nll"] = round(float(torch.cat(all_nll).mean()), 4)
+    metrics["insertion_reach"] = round(float(torch.cat(all_reach).mean()), 4)
+    if metrics["insertion_reach"] < 0.5:
+        log.warning("the edited weights produce only %.0f%% of the target residual δ: lower mom2_update_weight "
+                    "(λ, now %g) for this model", 100 * metrics["insertion_reach"], config.mom2_update_weight)
     metrics.update({"n_edits": len(facts), "layers": layers, "edit_seconds": round(edit_seconds, 2),
                     "covariance_seconds": round(cov_seconds, 2)})
     if per_batch:
