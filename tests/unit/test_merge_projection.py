@@ -133,3 +133,23 @@ def test_next_token_scores_against_a_per_position_loop():
                 count += 1
     assert scores["nll"] == pytest.approx(nll / count, rel=1e-5)
     assert scores["acc"] == pytest.approx(100.0 * hits / count)
+
+
+def test_duplicate_fill_widens_without_empty_units_and_keeps_the_function():
+    from toolkit.merge.digits import DigitsMLP
+
+    small, big, x = _cnn_state(3, seed=5), _cnn_state(7, seed=6), torch.rand(6, 64)
+    widened = project(small, big, align=True, fill="duplicate")
+    assert torch.allclose(_cnn_out(7, widened, x), _cnn_out(3, small, x), atol=1e-5)
+    assert (widened["convs.0.weight"].flatten(1).abs().sum(1) > 0).all()  # no zero channel
+    torch.manual_seed(7)
+    mlp_small = {k: v.detach() for k, v in DigitsMLP([64, 5, 4, 10]).state_dict().items()}
+    mlp_big = {k: v.detach() for k, v in DigitsMLP([64, 12, 9, 10]).state_dict().items()}
+    wide = project(mlp_small, mlp_big, align=True, fill="duplicate")
+    for name in ("layers.0.weight", "layers.1.weight"):
+        assert (wide[name].abs().sum(1) > 0).all()
+    nets = [DigitsMLP(sizes) for sizes in ([64, 5, 4, 10], [64, 12, 9, 10])]
+    nets[0].load_state_dict(mlp_small)
+    nets[1].load_state_dict(wide)
+    with torch.no_grad():
+        assert torch.allclose(nets[1](x), nets[0](x), atol=1e-5)

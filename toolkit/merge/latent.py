@@ -43,6 +43,8 @@ class LatentTrainConfig(BaseConfig):
     holdout: list[str] = Field(default_factory=list, description="Checkpoints only scored for reconstruction.")
     target: str | None = Field(None, description="Layout every model is projected into (needed if sizes differ).")
     align: bool = Field(True, description="Match hidden units to the target before encoding (MLPs).")
+    fill: Literal["zero", "duplicate"] = Field("zero", description="Spare units of a widened MLP/CNN: zero units "
+                                               "(exact) or copies of matched units (outgoing split; also exact).")
     exclude: list[str] = Field(["bias", "norm", "ln"], description="Name fragments kept out of the VAE (official).")
     chunk: int = Field(64, ge=8, description="Weights per token (official 640; 64 fits small MLP rows).")
     window: int = Field(16, ge=2, description="Tokens per VAE sequence (official 16).")
@@ -83,11 +85,11 @@ class LatentMergeConfig(BaseConfig):
 
 
 # ------------------------------------------------------------------ data
-def laid_out(model: PlainModel, target: PlainModel | None, align: bool) -> dict[str, torch.Tensor]:
+def laid_out(model: PlainModel, target: PlainModel | None, align: bool, fill: str = "zero") -> dict[str, torch.Tensor]:
     """The model in the target's layout (its own when no target, or when it is the target)."""
     if target is None or model is target:
         return model.state
-    return lay_out(model, target, align)
+    return lay_out(model, target, align, fill)
 
 
 def batch_of(chunked: chunking.Chunked, window: int) -> dict[str, torch.Tensor]:
@@ -143,8 +145,10 @@ def run_train(config: LatentTrainConfig, ctx) -> None:
     sizes = {tuple(tuple(t.shape) for t in p.state.values()) for p in parents}
     require(target is not None or len(sizes) == 1, "the models differ in size: pass --target to choose the layout "
             "every model is projected into")
-    encoded = [chunking.chunk_state(laid_out(p, target, config.align), config.chunk, config.exclude) for p in parents]
-    held_encoded = [chunking.chunk_state(laid_out(p, target, config.align), config.chunk, config.exclude) for p in held]
+    encoded = [chunking.chunk_state(laid_out(p, target, config.align, config.fill), config.chunk, config.exclude)
+               for p in parents]
+    held_encoded = [chunking.chunk_state(laid_out(p, target, config.align, config.fill), config.chunk,
+                                         config.exclude) for p in held]
     top_layer = max(int(c.layer_ids.max()) for c in encoded)
     require(top_layer < config.max_layers, f"models have {top_layer + 1} layers > max_layers={config.max_layers}")
     shape = VAEShape(chunk=config.chunk, window=config.window, d_model=config.d_model, heads=config.heads,
@@ -174,7 +178,7 @@ def run_train(config: LatentTrainConfig, ctx) -> None:
     ctx.metrics["reconstruction"] = recon
     ctx.metrics["n_models"], ctx.metrics["n_windows"] = len(parents), int(data["x"].shape[0])
     meta = {"shape": shape.as_dict(), "exclude": config.exclude, "signatures": _unique([c.signature() for c in encoded]),
-            "target": target.source if target else None, "align": config.align, "family": parents[0].family,
+            "target": target.source if target else None, "align": config.align, "fill": config.fill, "family": parents[0].family,
             "stages": [stage for stage, _ in stages], "recon": ctx.metrics["vae_recon_rel_err"], "paper": PAPER}
     save_vae(model.cpu(), ctx.out, meta)
     ctx.path(VAE_WEIGHTS), ctx.path(VAE_META)
@@ -340,13 +344,13 @@ def run_merge(config: LatentMergeConfig, ctx) -> None:
     stage = 2 if config.code == "compact" else 1
     if stage not in meta["stages"]:
         raise BadInputError(f"the VAE has no stage-{stage} code", hint="use --set code=full")
-    states = [laid_out(p, target, align) for p in parents]
+    states = [laid_out(p, target, align, meta.get("fill", "zero")) for p in parents]
     state, code_size = latent_merge(model, states, weights, meta["shape"]["chunk"], meta["exclude"], stage,
                                     config.interpolation, config.residual, ctx.device,
                                     check=lambda i, chunked: check_layout(chunked, meta, parents[i].source))
     finish(ctx, parents, target, state, "merge.latent", PAPER,
            {"vae": str(config.vae), "weights": weights, "interpolation": config.interpolation, "code": config.code,
-            "align": align, "target": target.source, "residual": config.residual,
+            "align": align, "fill": meta.get("fill", "zero"), "target": target.source, "residual": config.residual,
             "weight_space_average": sorted(n for n, t in states[0].items()
                                            if not (t.is_floating_point() and chunking.is_encoded(n, meta["exclude"])))})
     ctx.metrics["code_size_per_model"] = code_size

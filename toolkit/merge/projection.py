@@ -110,8 +110,30 @@ def weight_matching(source: dict[str, torch.Tensor], target: dict[str, torch.Ten
     return matches
 
 
-def project(source: dict[str, torch.Tensor], target: dict[str, torch.Tensor], align: bool) -> dict[str, torch.Tensor]:
-    """`source` re-laid into `target`'s shapes: aligned by weight matching, or padded/truncated at the end."""
+def duplicate_fill(matches: list[torch.Tensor], source: dict[str, torch.Tensor],
+                   target: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Widening without empty units: every target slot left without a source unit takes a copy of the source unit
+    whose incoming weights (and bias) match the slot best; `project` splits the copies' outgoing weights."""
+    chain = unit_chain(target)
+    src, tgt = _unit_views(source, chain), _unit_views(target, chain)
+    filled = []
+    for layer, match in enumerate(matches):
+        inputs = filled[layer - 1] if layer else torch.arange(tgt[0][0].shape[1])
+        score = torch.einsum("tir,sir->ts", tgt[layer][0], _take(src[layer][0], inputs, 1))
+        if tgt[layer][1] is not None:
+            score += torch.outer(tgt[layer][1], src[layer][1])
+        match = match.clone()
+        empty = match < 0
+        match[empty] = score[empty].argmax(1)
+        filled.append(match)
+    return filled
+
+
+def project(source: dict[str, torch.Tensor], target: dict[str, torch.Tensor], align: bool,
+            fill: str = "zero") -> dict[str, torch.Tensor]:
+    """`source` re-laid into `target`'s shapes: aligned by weight matching, or padded/truncated at the end. When
+    widening with alignment, fill="duplicate" fills the spare slots with copies of source units (outgoing weights
+    split among the copies, still function-preserving) instead of zero units."""
     chain = unit_chain(target)
     require([n for n, _ in unit_chain(source)] == [n for n, _ in chain],
             "source and target models have different layer names or depths")
@@ -121,6 +143,10 @@ def project(source: dict[str, torch.Tensor], target: dict[str, torch.Tensor], al
     hidden = len(chain) - 1
     matches = weight_matching(source, target) if align else [
         identity_match(target[chain[i][0]].shape[0], source[chain[i][0]].shape[0]) for i in range(hidden)]
+    if align and fill == "duplicate":
+        matches = duplicate_fill(matches, source, target)
+    copies = [torch.bincount(m[m >= 0], minlength=source[w].shape[0]).clamp(min=1)[m.clamp(min=0)]
+              for m, (w, _) in zip(matches, chain)]
     out, src_in = {}, n_in
     for i, (w_name, b_name) in enumerate(chain):
         weight = _as_units(source[w_name], src_in)
@@ -128,7 +154,7 @@ def project(source: dict[str, torch.Tensor], target: dict[str, torch.Tensor], al
         if i < hidden:
             weight = _take(weight, matches[i], 0)
         if i > 0:
-            weight = _take(weight, matches[i - 1], 1)
+            weight = _take(weight, matches[i - 1], 1) / copies[i - 1].to(weight.dtype).view(1, -1, 1)
         out[w_name] = weight.reshape(target[w_name].shape)
         if b_name:
             out[b_name] = _take(source[b_name], matches[i], 0) if i < hidden else source[b_name].clone()
@@ -195,15 +221,16 @@ def widen_gpt2(source: dict[str, torch.Tensor], heads: int, width: int) -> dict[
 
 
 # ------------------------------------------------------------------ dispatch
-def lay_out(source, target, align: bool) -> dict[str, torch.Tensor]:
+def lay_out(source, target, align: bool, fill: str = "zero") -> dict[str, torch.Tensor]:
     """`source` (a PlainModel) in `target`'s layout: its own state when the shapes already match (unit matching
-    only for linear/conv chains), else the family's projection when `align`, else zero-pad/truncate."""
+    only for linear/conv chains), else the family's projection when `align` (`fill`: spare slots of a widened
+    linear/conv chain as zero units or as copies), else zero-pad/truncate."""
     same = all(source.state[n].shape == t.shape for n, t in target.state.items())
     chain = is_unit_chain(target.state)
     if same and not (align and chain):
         return source.state
     if chain:
-        return project(source.state, target.state, align=align)
+        return project(source.state, target.state, align=align, fill=fill)
     if not align:
         return {n: pad_or_truncate(source.state[n], tuple(t.shape)) for n, t in target.state.items()}
     require(source.family == "hf-gpt2", f"no dimensionality-matching projection for {source.family} models of "

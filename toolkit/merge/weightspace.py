@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from toolkit.core.config import BaseConfig
@@ -46,6 +48,8 @@ class PaddedConfig(BaseConfig):
     target: str | None = Field(None, description="Model whose shapes the merge takes (default: the largest).")
     weights: list[float] | None = Field(None, description="One weight per model; default uniform.")
     align: bool = Field(False, description="Project first: weight-match MLP units / CNN channels, widen GPT-2.")
+    fill: Literal["zero", "duplicate"] = Field("zero", description="With align, spare units of a widened MLP/CNN: "
+                                               "zero units or copies of matched units.")
 
 
 def run_average(config: AverageConfig, ctx) -> None:
@@ -71,5 +75,6 @@ def run_ties(config: TiesConfig, ctx) -> None:
 def run_padded(config: PaddedConfig, ctx) -> None:
     parents = load_parents(config.models, ctx.device)
     target = pick_target(parents, config.target, ctx.device)
-    state = baselines.average([lay_out(p, target, config.align) for p in parents], config.weights)
-    finish(ctx, parents, target, state, "merge.padded", "", {"target": target.source, "align": config.align})
+    state = baselines.average([lay_out(p, target, config.align, config.fill) for p in parents], config.weights)
+    finish(ctx, parents, target, state, "merge.padded", "", {"target": target.source, "align": config.align,
+                                                                    "fill": config.fill})
