@@ -3,7 +3,9 @@
 Paper: Das, Chen, Bhuyan, "Unmasking Backdoors: An Explainable Defense via Gradient-Attention Anomaly Scoring for
 Pre-trained Language Models", arXiv 2510.04347 (https://arxiv.org/abs/2510.04347).
 Official code: https://github.com/anindyasdas/XGRAAD. Difference from the official code: the detection threshold is
-calibrated on a HELD-OUT clean split, never on the clean test split the results are reported on.
+calibrated on a HELD-OUT clean split, never on the clean test split the results are reported on. Kept from the
+official code: the received attention sums every query row of the padded input, padding rows included (it pads a
+whole set to its longest text); here the clean reference and the screened texts share one padded length.
 """
 
 from __future__ import annotations
