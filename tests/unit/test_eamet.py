@@ -50,3 +50,18 @@ def test_alignment_sees_only_earlier_requests_and_is_zero_when_aligned():
     align.record(keys[:2], range(2))
     later = align.loss(torch.randn(2, 8), range(2, 4))
     assert later.shape == (2,) and (later > 0).all()
+
+
+def test_zero_delta_rows_get_no_alignment_gradient():
+    """δ = 0 (zero start, or the target start when ‖h‖ ≥ 100) has no direction; a cosine there once gave a 1e12
+    gradient that froze δ under Adam. Such rows get no alignment loss; the others keep theirs, finite."""
+    torch.manual_seed(2)
+    align = EmbeddingAlignment(EametConfig(model="m", data="d", tau=0.07))
+    align.begin_batch(torch.randn(4, 8))
+    delta = torch.randn(4, 6)
+    delta[2] = 0
+    delta.requires_grad_(True)
+    loss = align.loss(delta, range(4))
+    grad, = torch.autograd.grad(loss.sum(), delta)
+    assert loss[2] == 0 and torch.equal(grad[2], torch.zeros(6))
+    assert torch.isfinite(grad).all() and grad.abs().max() < 100 and loss[3] > 0

@@ -82,7 +82,11 @@ class EmbeddingAlignment:
         first = self.offset + span.start  # requests before it are final
         chunk_keys = self.keys[first:first + len(span)]
         earlier_keys = self.keys[:first + len(span)]
-        unit = F.normalize(delta, dim=-1)
+        # δ = 0 (the zero start, and the target start when ‖h‖ ≥ 100) has no direction: cos(δ, ·) there has a
+        # gradient of 1/eps ≈ 1e12, which swamps the NLL and, through Adam's second moment, freezes δ for good.
+        # Such rows get no alignment term until the NLL has moved them.
+        live = delta.detach().norm(dim=-1) > 1e-6
+        unit = F.normalize(torch.where(live[:, None], delta, torch.ones_like(delta)), dim=-1) * live[:, None]
         done = self.deltas[:first].to(delta.device) if first else unit.new_zeros(0, delta.shape[-1])
         earlier = torch.cat([done, unit.detach()])
         key_sim = chunk_keys @ earlier_keys.t()
@@ -91,7 +95,7 @@ class EmbeddingAlignment:
         cols = torch.arange(earlier.shape[0], device=delta.device)[None, :]
         valid = cols < first + rows  # j < i
         kl, mse = alignment_losses(key_sim, delta_sim, valid, self.config.tau, self.config.top_m)
-        return self.config.cs_factor * kl + self.config.mse_factor * mse
+        return (self.config.cs_factor * kl + self.config.mse_factor * mse) * live
 
     def record(self, delta: torch.Tensor, span: range) -> None:
         unit = F.normalize(delta.detach().float(), dim=-1)
