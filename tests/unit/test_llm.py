@@ -70,3 +70,15 @@ def test_openai_backend_refuses_chat_scoring_by_name(hf):
     with LoopbackServer(backend=hf) as url:
         with pytest.raises(ResourceError, match="chat score"):
             load_llm(f"openai:tiny@{url}").score(["a"], ["b"], chat=True)
+
+
+def test_hf_generation_stops_early_at_a_stop_marker(hf):
+    prompts = ["def main", "import os"]
+    full = hf.generate(prompts, max_new_tokens=24)
+    marker = full[0].text[len(full[0].text) // 2:][:2]
+    assert marker.strip(), full[0].text
+    stopped = hf.generate(prompts, max_new_tokens=24, stop=[marker])
+    for whole, cut in zip(full, stopped, strict=True):
+        assert cut.text == whole.text[:whole.text.find(marker)] if marker in whole.text else cut.text == whole.text
+    assert len(stopped[0].tokens) < len(full[0].tokens) and stopped[0].finish_reason == "stop"
+    assert stopped[0].token_logprobs == pytest.approx(full[0].token_logprobs[:len(stopped[0].tokens)], abs=1e-5)

@@ -42,13 +42,18 @@ class HFBackend(LLM):
             output = self.model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=sample,
                                          temperature=temperature if sample else None, top_p=None, top_k=None,
                                          pad_token_id=self.tokenizer.pad_token_id, output_scores=True,
-                                         return_dict_in_generate=True)
+                                         return_dict_in_generate=True, **self._early_stop(stop))
             new_tokens = output.sequences[:, encoded["input_ids"].shape[1]:]
             logprobs = torch.stack(output.scores, 1).float().log_softmax(-1)
             chosen = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
             for row in range(new_tokens.shape[0]):
                 results.append(self._completion(new_tokens[row], chosen[row], stop))
         return results
+
+    def _early_stop(self, stop: Sequence[str] | None) -> dict:
+        """Stop decoding a row once its text holds a stop marker (the text is still cut at the marker after)."""
+        markers = [marker for marker in stop or () if marker]
+        return {"stop_strings": markers, "tokenizer": self.tokenizer} if markers else {}
 
     def _completion(self, tokens: torch.Tensor, logprobs: torch.Tensor, stop) -> Completion:
         keep = []
