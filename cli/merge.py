@@ -159,8 +159,8 @@ def zoo(out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed:
 
 
 @app.command("lm-zoo", help="Build the LM merge zoo: tiny GPT-2s of two widths fine-tuned on two texts (minutes).",
-             epilog="Examples: iclrkit merge lm-zoo -o runs/lm-zoo | iclrkit merge lm-zoo --set widths=[32,64] "
-                    "--set backbone_steps=50 --set finetune_steps=20 -o lmzoo")
+             epilog="Examples: iclrkit merge lm-zoo --config examples/merge-latent/gpt2-zoo.yaml -o runs/lm-zoo | "
+                    "iclrkit merge lm-zoo --config my-texts.yaml --set widths=[32,64] --set backbone_steps=50 -o lmzoo")
 def lm_zoo(out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
            dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False) -> None:
     from toolkit.merge.lmzoo import LMZooConfig, run_lm_zoo

@@ -208,6 +208,8 @@ def test_gpt2_lm_zoo_and_mixed_width_merges(cli, text_file, tmp_path):
                       "heads: 2\nvocab: 300\ncontext: 32\nseqlen: 16\nbatch: 4\nbackbone_steps: 4\n"
                       "finetune_steps: 4\nsnapshot_every: 2\nheldout_chars: 2000\nscore_windows: 4\n")
     zoo_dir = tmp_path / "lmzoo"
+    r = cli(["merge", "lm-zoo", "-o", str(zoo_dir)])
+    assert r.exit_code == 2 and "tasks" in r.stderr and not zoo_dir.exists()
     r = cli(["merge", "lm-zoo", "--config", str(config), "-o", str(zoo_dir)])
     assert r.exit_code == 0, r.stderr
     models = zoo_dir / "models"

@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import require
 
-WIKITEXT = "/work/shared/data/wikitext-2"
 HELDOUT = "heldout.txt"
 
 
@@ -36,9 +35,9 @@ class LMZooConfig(BaseConfig):
     """Tiny GPT-2s (in-process configs like zoo:gpt2-tiny) of several widths, fine-tuned per text."""
 
     tasks: dict[str, TextTask] = Field(
-        {"wikitext2": TextTask(train=f"{WIKITEXT}/valid.txt", heldout=f"{WIKITEXT}/test.txt"),
-         "embedded": TextTask(train="embedded")},
-        description="Task name -> texts; the first two tasks are the merge pair's tasks A and B.")
+        ..., min_length=2,
+        description="Task name -> texts; the first two tasks are the merge pair's tasks A and B (the recipe: "
+                    "examples/merge-latent/gpt2-zoo.yaml, WikiText-2 vs the embedded text).")
     widths: list[int] = Field([64, 128], description="n_embd of each backbone.")
     seeds: list[int] = Field([0, 1], description="Init seed of each backbone (same length as widths).")
     layers: int = Field(2, ge=1, description="Transformer blocks.")
