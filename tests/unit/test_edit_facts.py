@@ -10,18 +10,44 @@ from toolkit.core.errors import BadInputError
 from toolkit.edit.facts import load_facts
 from toolkit.edit.metrics import alignment_spearman, ngram_entropy, score_answers
 
-SHARED = "/work/shared/data"
+# First records of shared/data's CounterFact sample (ROME format), zsRE MEND train split and EasyEdit's
+# kd-evaluate CounterFact, trimmed to the fields the loaders read, so the test does not need shared/.
+ROME_COUNTERFACT = {
+    "case_id": 0, "requested_rewrite": {
+        "prompt": "The mother tongue of {} is", "relation_id": "P103", "target_new": {"str": "English", "id": "Q1860"},
+        "target_true": {"str": "French", "id": "Q150"}, "subject": "Danielle Darrieux"},
+    "paraphrase_prompts": ["Shayna does this and Yossel goes still and dies. Danielle Darrieux, a native",
+                           "An album was recorded for Capitol Nashville but never released. Danielle Darrieux spoke "
+                           "the language"],
+    "neighborhood_prompts": ["The mother tongue of Léon Blum is", "The native language of Montesquieu is"],
+    "attribute_prompts": ["J. R. R. Tolkien is a native speaker of"],
+    "generation_prompts": ["Danielle Darrieux's mother tongue is"]}
+ZSRE_MEND = {"subject": "UniFirst", "src": "What is the product made by UniFirst?", "pred": "uniform",
+             "rephrase": "What will be the product of UniFirst?", "alt": "unmanned aircraft", "answers": ["uniform"],
+             "loc": "nq question: john goodman's character in the big lebowski", "loc_ans": "Walter Sobchak",
+             "cond": "uniform >> unmanned aircraft || What is the product made by UniFirst?"}
+EASYEDIT_COUNTERFACT = {"case_id": 13592, "prompt": "Yoruba religion is a part of the continent of",
+                        "subject": "Yoruba religion", "ground_truth": "Africa", "target_new": "Antarctica",
+                        "rephrase_prompt": "Arte, socialità, politica. Yoruba religion is located in",
+                        "locality_prompt": "Algeria is located in", "locality_ground_truth": "Africa"}
 
 
-def test_loads_rome_counterfact_zsre_and_easyedit():
-    cf = load_facts(f"{SHARED}/counterfact/counterfact_sample.json")[0]
+def _write(path, records):
+    path.write_text(json.dumps(records))
+    return str(path)
+
+
+def test_loads_rome_counterfact_zsre_and_easyedit(tmp_path):
+    cf = load_facts(_write(tmp_path / "cf.json", [ROME_COUNTERFACT]))[0]
     assert (cf.prompt, cf.subject, cf.target_new, cf.target_true) == ("The mother tongue of {} is",
                                                                        "Danielle Darrieux", "English", "French")
     assert len(cf.paraphrases) == 2 and cf.neighborhood[0] == ("The mother tongue of Léon Blum is", "French")
-    zsre = load_facts(f"{SHARED}/zsre/zsre_mend_train-1k.json", limit=3)[0]
+    zsre = load_facts(_write(tmp_path / "zsre.json", [ZSRE_MEND] * 5), limit=3)
+    assert len(zsre) == 3
+    zsre = zsre[0]
     assert zsre.prompt == "What is the product made by {}?" and zsre.target_new == "unmanned aircraft"
     assert zsre.neighborhood[0][1] == "Walter Sobchak"
-    easy = load_facts(f"{SHARED}/counterfact/kd-evaluate/counterfact_sample.json")[0]
+    easy = load_facts(_write(tmp_path / "easy.json", [EASYEDIT_COUNTERFACT]))[0]
     assert easy.text == "Yoruba religion is a part of the continent of" and easy.target_true == "Africa"
     assert easy.neighborhood == [("Algeria is located in", "Africa")]
 
