@@ -131,8 +131,8 @@ def ties(models: ModelsOpt = None, base: BaseOpt = None, scaling: ScalingOpt = N
          Common.of(locals()), models, base)
 
 
-@app.command("padded", help="Different sizes: zero-pad/truncate to the target's shapes and average "
-                            "(--align matches MLP units first).",
+@app.command("padded", help="Different widths/depths: shallower models deepened with identity layers, then "
+                            "zero-pad/truncate to the target's shapes and average (--align matches units first).",
              epilog="Examples: iclrkit merge padded -m small,big --target big -o merged | "
                     "iclrkit merge padded -m small,big --target big --align -o merged")
 def padded(models: ModelsOpt = None, target: TargetOpt = None, weights: WeightsOpt = None,

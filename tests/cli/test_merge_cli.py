@@ -233,3 +233,63 @@ def test_gpt2_lm_zoo_and_mixed_width_merges(cli, text_file, tmp_path):
     r = cli(["merge", "latent", "run", "--vae", str(vae), "-m", f"{small},{big}", "--target", str(small),
              "-o", str(tmp_path / "narrow")])
     assert r.exit_code == 2 and "integer factor" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def shallow_zoo(tmp_path_factory):
+    """One-hidden-layer MLPs of width 4 (the main zoo has two hidden layers of width 4 and 8)."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    out = tmp_path_factory.mktemp("ms") / "zoo"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    result = CliRunner().invoke(app, ["merge", "zoo", "--set", "widths=[4]", "--set", "seeds=[1]", "--set", "depth=1",
+                                      "--set", "backbone_epochs=1", "--set", "finetune_epochs=1", "-o", str(out)])
+    torch.set_num_threads(threads)
+    assert result.exit_code == 0, result.output
+    return out / "models"
+
+
+def test_mixed_depth_merges_deepen_into_the_target_layout(cli, zoo, vae, shallow_zoo, tmp_path):
+    from toolkit.merge.models import load_for_merge
+
+    shallow, big = str(shallow_zoo / "w4-s1-0to4"), str(zoo / "w8-s0-5to9")
+    assert load_for_merge(shallow).arch["sizes"] == [64, 4, 10]
+    depths = {"target": 2, "parent0": 1, "parent1": 2}
+    for name, args in {"padded": ["merge", "padded", "-m", f"{shallow},{big}", "--target", big, "--align"],
+                       "latent": ["merge", "latent", "run", "--vae", str(vae), "-m", f"{shallow},{big}"]}.items():
+        out = tmp_path / name
+        r = cli([*args, "-o", str(out), "--json"])
+        assert r.exit_code == 0, r.stderr
+        assert json.loads((out / "run.json").read_text())["metrics"]["depths"] == depths
+        assert 0 <= json.loads(r.stdout)["metrics"]["acc_union"] <= 100
+        assert load_for_merge(str(out / "model")).arch["sizes"] == [64, 8, 8, 10]
+    for expected, args in {"never drops layers": ["merge", "padded", "-m", f"{big},{shallow}", "--target", shallow,
+                                                  "--align"],
+                           "different parameter names": ["merge", "average", "-m", f"{shallow},{big}"]}.items():
+        out = tmp_path / "refused"
+        r = cli([*args, "-o", str(out)])
+        assert r.exit_code == 2 and expected in r.stderr, (expected, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_gpt2_deepened_through_the_cli_reloads_with_the_same_logits(cli, tiny_gpt2_dir, tmp_path):
+    """Merging a 2-block GPT-2 with itself into a 3-block target layout returns the deepened model itself."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel
+
+    original = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir).eval()
+    deeper_dir = tmp_path / "deeper"
+    GPT2LMHeadModel(type(original.config)(**{**original.config.to_dict(), "n_layer": 3})).save_pretrained(deeper_dir)
+    AutoTokenizer.from_pretrained(tiny_gpt2_dir).save_pretrained(deeper_dir)
+    out = tmp_path / "merged"
+    r = cli(["merge", "padded", "-m", f"{tiny_gpt2_dir},{tiny_gpt2_dir}", "--target", str(deeper_dir), "--align",
+             "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["metrics"]["depths"] == {"target": 3, "parent0": 2, "parent1": 2}
+    merged = AutoModelForCausalLM.from_pretrained(out / "model").eval()
+    assert merged.config.n_layer == 3
+    ids = torch.randint(0, original.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(merged(ids).logits, original(ids).logits, atol=1e-5)

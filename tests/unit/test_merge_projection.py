@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -79,11 +80,11 @@ def test_conv_channel_matching_is_optimal_on_a_tiny_case():
     assert score(weight_matching(src, tgt)[0].tolist()) == pytest.approx(best, rel=1e-6)
 
 
-def _gpt2(width: int, heads: int = 2, seed: int = 0):
+def _gpt2(width: int, heads: int = 2, seed: int = 0, layers: int = 2):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=16, n_embd=width, n_layer=2, n_head=heads,
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=16, n_embd=width, n_layer=layers, n_head=heads,
                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
     for p in model.parameters():  # larger than the default init, so every path matters to the logits
         p.data.normal_(0.0, 0.3)
@@ -153,3 +154,87 @@ def test_duplicate_fill_widens_without_empty_units_and_keeps_the_function():
     nets[1].load_state_dict(wide)
     with torch.no_grad():
         assert torch.allclose(nets[1](x), nets[0](x), atol=1e-5)
+
+
+# ------------------------------------------------------------------ depth matching (Net2DeeperNet)
+def _plain(family: str, arch: dict, net):
+    from toolkit.merge.models import PlainModel, untied_state
+
+    return PlainModel(family=family, arch=arch, state=untied_state(net), source=f"{family}-{arch}")
+
+
+def _outputs(model, x: torch.Tensor) -> torch.Tensor:
+    from toolkit.merge.digits import net_from_state
+
+    with torch.no_grad():
+        return net_from_state(model.family, model.arch, model.state)(x)
+
+
+@pytest.mark.parametrize("align", [False, True])
+def test_mlp_deepened_and_widened_into_a_target_keeps_the_function(align):
+    from toolkit.merge.deepen import deepen
+    from toolkit.merge.digits import DigitsMLP
+    from toolkit.merge.projection import lay_out
+
+    torch.manual_seed(11)
+    shallow = _plain("digits-mlp", {"sizes": [64, 5, 10]}, DigitsMLP([64, 5, 10]))
+    target = _plain("digits-mlp", {"sizes": [64, 9, 7, 6, 10]}, DigitsMLP([64, 9, 7, 6, 10]))
+    x = torch.rand(20, 64) - 0.3  # negative pixels too: the identity only relies on the post-ReLU activations
+    deeper = deepen(shallow, 3)
+    assert deeper.arch["sizes"] == [64, 5, 5, 5, 10]
+    assert torch.allclose(_outputs(deeper, x), _outputs(shallow, x), atol=1e-5)
+    projected = lay_out(shallow, target, align=align)
+    assert {k: v.shape for k, v in projected.items()} == {k: v.shape for k, v in target.state.items()}
+    result = _outputs(replace(target, state=projected), x)
+    assert torch.allclose(result, _outputs(shallow, x), atol=1e-5)
+    assert not torch.allclose(_outputs(target, x), _outputs(shallow, x), atol=1e-2)  # the check can fail
+
+
+def test_cnn_deepened_with_dirac_kernels_keeps_the_function():
+    from toolkit.merge.deepen import deepen
+    from toolkit.merge.projection import lay_out
+
+    torch.manual_seed(12)
+    shallow = _plain("digits-cnn", {"channels": 3, "depth": 1}, DigitsCNN(3, 1))
+    target = _plain("digits-cnn", {"channels": 5, "depth": 3}, DigitsCNN(5, 3))
+    x = torch.rand(6, 64)
+    deeper = deepen(shallow, 3)
+    assert list(deeper.state) == list(DigitsCNN(3, 3).state_dict())
+    assert torch.allclose(_outputs(deeper, x), _outputs(shallow, x), atol=1e-5)
+    for align in (False, True):
+        state = lay_out(shallow, target, align=align)
+        result = _outputs(replace(target, state=state), x)
+        assert torch.allclose(result, _outputs(shallow, x), atol=1e-5)
+
+
+def test_gpt2_deepened_with_zero_output_blocks_computes_the_same_logits():
+    """Deepened alone (2 -> 4 blocks), and deepened + widened (n_embd 8 -> 16) into a target layout."""
+    from toolkit.merge.deepen import deepen
+    from toolkit.merge.projection import lay_out
+
+    shallow_net, target_net = _gpt2(8), _gpt2(16, seed=1, layers=4)
+    shallow = _plain("hf-gpt2", {"n_embd": 8, "n_layer": 2, "n_head": 2}, shallow_net)
+    target = _plain("hf-gpt2", {"n_embd": 16, "n_layer": 4, "n_head": 2}, target_net)
+    deeper = deepen(shallow, 4)
+    assert deeper.arch["n_layer"] == 4
+    ids = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = shallow_net(ids).logits
+        assert not torch.allclose(target_net(ids).logits, expected, atol=1e-2)  # the check can fail
+    for state, net in ((deeper.state, _gpt2(8, layers=4)), (lay_out(shallow, target, align=True), target_net)):
+        missing, unexpected = net.load_state_dict(state, strict=False)
+        assert missing == ["lm_head.weight"] and not unexpected  # tied to wte
+        with torch.no_grad():
+            assert torch.allclose(net(ids).logits, expected, atol=1e-5)
+
+
+def test_a_model_deeper_than_the_target_is_refused():
+    from toolkit.core.errors import BadInputError
+    from toolkit.merge.deepen import match_depth
+    from toolkit.merge.digits import DigitsMLP
+
+    deep = _plain("digits-mlp", {"sizes": [64, 4, 4, 10]}, DigitsMLP([64, 4, 4, 10]))
+    shallow = _plain("digits-mlp", {"sizes": [64, 4, 10]}, DigitsMLP([64, 4, 10]))
+    with pytest.raises(BadInputError, match="never drops layers"):
+        match_depth(deep, shallow)
+    assert match_depth(shallow, shallow) is shallow

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from toolkit.core.errors import require
+from toolkit.merge.deepen import depth_of
 from toolkit.merge.models import (
     PlainModel,
     check_same_family,
@@ -18,22 +19,31 @@ from toolkit.merge.models import (
 )
 
 
-def load_parents(models: list[str], device: str) -> list[PlainModel]:
+def load_parents(models: list[str], device: str, depths_may_differ: bool = False) -> list[PlainModel]:
+    """The parents, one family; `depths_may_differ` for merges that project into a target layout (deepening)."""
     parents = [load_for_merge(spec, device) for spec in parse_model_list(models)]
-    check_same_family(parents)
+    check_same_family(parents, depths_may_differ)
     return parents
 
 
 def pick_target(parents: list[PlainModel], target: str | None, device: str) -> PlainModel:
-    """The layout to merge into: --target (a parent or any model of the family), else the largest parent."""
+    """The layout to merge into: --target (a parent or any model of the family), else the deepest parent, the
+    largest among equally deep ones (the projection deepens shallower models but never drops layers)."""
     if target is None:
-        return max(parents, key=lambda m: sum(t.numel() for t in m.state.values()))
+        return max(parents, key=lambda m: (depth_of(m) or 0, sum(t.numel() for t in m.state.values())))
     for parent in parents:
         if _same_model(parent.source, target):
             return parent
     model = load_for_merge(target, device)
-    check_same_family([parents[0], model])
+    check_same_family([parents[0], model], depths_may_differ=True)
     return model
+
+
+def record_depths(ctx, parents: list[PlainModel], target: PlainModel) -> None:
+    """Depth of every parent and of the target layout in run.json (shallower parents were deepened)."""
+    if depth_of(target) is not None:
+        ctx.metrics["depths"] = {"target": depth_of(target),
+                                 **{f"parent{i}": depth_of(p) for i, p in enumerate(parents)}}
 
 
 def _same_model(source: str, spec: str) -> bool:

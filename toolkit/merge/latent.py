@@ -27,7 +27,7 @@ from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, RunError, require
 from toolkit.merge import chunking
 from toolkit.merge.baselines import average, normalise_weights
-from toolkit.merge.common import finish, load_parents, pick_target
+from toolkit.merge.common import finish, load_parents, pick_target, record_depths
 from toolkit.merge.models import PlainModel, evaluate, load_for_merge, parse_model_list
 from toolkit.merge.projection import lay_out
 from toolkit.merge.vae import LossWeights, VAEShape, WeightVAE, learning_rate, stage_loss, stage_parameters
@@ -139,12 +139,14 @@ def check_layout(chunked: chunking.Chunked, meta: dict, source: str) -> None:
 # ------------------------------------------------------------------ train
 def run_train(config: LatentTrainConfig, ctx) -> None:
     torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU (measured 50x slower)
-    parents = load_parents(config.models, ctx.device)
+    parents = load_parents(config.models, ctx.device, depths_may_differ=True)
     held = [load_for_merge(spec, ctx.device) for spec in parse_model_list(config.holdout)] if config.holdout else []
     target = pick_target(parents, config.target, ctx.device) if config.target else None
     sizes = {tuple(tuple(t.shape) for t in p.state.values()) for p in parents}
     require(target is not None or len(sizes) == 1, "the models differ in size: pass --target to choose the layout "
             "every model is projected into")
+    if target is not None:
+        record_depths(ctx, parents, target)
     encoded = [chunking.chunk_state(laid_out(p, target, config.align, config.fill), config.chunk, config.exclude)
                for p in parents]
     held_encoded = [chunking.chunk_state(laid_out(p, target, config.align, config.fill), config.chunk,
@@ -334,7 +336,7 @@ def latent_merge(model: WeightVAE, states: list[dict[str, torch.Tensor]], weight
 def run_merge(config: LatentMergeConfig, ctx) -> None:
     torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU (measured 50x slower)
     model, meta = load_vae(config.vae, ctx.device)
-    parents = load_parents(config.models, ctx.device)
+    parents = load_parents(config.models, ctx.device, depths_may_differ=True)
     require(parents[0].family == meta["family"],
             f"the VAE was trained on {meta['family']} models, not {parents[0].family}")
     weights = normalise_weights(config.weights, len(parents))
@@ -354,3 +356,4 @@ def run_merge(config: LatentMergeConfig, ctx) -> None:
             "weight_space_average": sorted(n for n, t in states[0].items()
                                            if not (t.is_floating_point() and chunking.is_encoded(n, meta["exclude"])))})
     ctx.metrics["code_size_per_model"] = code_size
+    record_depths(ctx, parents, target)

@@ -116,11 +116,17 @@ def _check_finite(model: PlainModel) -> None:
             raise BadInputError(f"{model.source}: weight '{name}' contains NaN or Inf")
 
 
-def check_same_family(models: list[PlainModel]) -> None:
+def check_same_family(models: list[PlainModel], depths_may_differ: bool = False) -> None:
+    """One family and the same parameter names; with `depths_may_differ` (merges that project into a target layout),
+    the names may differ in layer count for the families the projection can deepen (toolkit/merge/deepen.py)."""
+    from toolkit.merge.deepen import DEEPENABLE
+
     require(len(models) > 0, "empty model list: give at least two models with --models")
     require(len(models) >= 2, "a merge needs at least two models")
     families = {m.family for m in models}
     require(len(families) == 1, f"models of incompatible families cannot be merged: {sorted(families)}")
+    if depths_may_differ and models[0].family in DEEPENABLE:
+        return
     names = [list(m.state) for m in models]
     require(all(n == names[0] for n in names),
             f"{models[0].source} and the other models have different parameter names: not one architecture family")

@@ -14,6 +14,9 @@ statistics change), so widening by an integer factor k duplicates every unit k t
 https://arxiv.org/abs/1511.05641): the residual stream becomes [x, ..., x], which keeps LayerNorm exact; readers of
 duplicated units divide by k, queries are scaled by 1/sqrt(k) for the wider heads' 1/sqrt(head_dim), and the final
 LayerNorm is scaled by 1/k for the tied output embedding. The widened model computes the same logits.
+
+Depth: a model shallower than the target is first deepened with identity layers (deepen.py, Net2DeeperNet), so
+widths and depths both map into the target's layout; a deeper model is refused rather than truncated.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import math
 import torch
 
 from toolkit.core.errors import BadInputError, require
+from toolkit.merge.deepen import match_depth
 
 
 # ------------------------------------------------------------------ linear / conv chains
@@ -222,13 +226,17 @@ def widen_gpt2(source: dict[str, torch.Tensor], heads: int, width: int) -> dict[
 
 # ------------------------------------------------------------------ dispatch
 def lay_out(source, target, align: bool, fill: str = "zero") -> dict[str, torch.Tensor]:
-    """`source` (a PlainModel) in `target`'s layout: its own state when the shapes already match (unit matching
+    """`source` (a PlainModel) in `target`'s layout: first deepened to the target's depth with identity layers
+    (deepen.py; a deeper source is refused), then its own state when the shapes already match (unit matching
     only for linear/conv chains), else the family's projection when `align` (`fill`: spare slots of a widened
     linear/conv chain as zero units or as copies), else zero-pad/truncate."""
+    source = match_depth(source, target)
+    require(set(source.state) == set(target.state),
+            f"{source.source} and the target have different parameter names: not one architecture family")
     same = all(source.state[n].shape == t.shape for n, t in target.state.items())
     chain = is_unit_chain(target.state)
     if same and not (align and chain):
-        return source.state
+        return {n: source.state[n] for n in target.state}
     if chain:
         return project(source.state, target.state, align=align, fill=fill)
     if not align:

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from toolkit.core.config import BaseConfig
 from toolkit.merge import baselines
-from toolkit.merge.common import finish, load_parents, pick_target
+from toolkit.merge.common import finish, load_parents, pick_target, record_depths
 from toolkit.merge.projection import lay_out
 
 TA_PAPER = "https://arxiv.org/abs/2212.04089"
@@ -41,11 +41,13 @@ class TiesConfig(BaseConfig):
 
 class PaddedConfig(BaseConfig):
     """Different sizes: zero-pad/truncate each model to the target's shapes, then average (the naive baseline).
-    With align=true, the models are first projected by our dimensionality-matching projection: MLP units and CNN
-    channels weight-matched to the target, GPT-2 widened function-preservingly (toolkit/merge/projection.py)."""
+    Shallower models are first deepened with identity layers to the target's depth (deepen.py; deeper ones are
+    refused). With align=true, the models are then projected by our dimensionality-matching projection: MLP units
+    and CNN channels weight-matched to the target, GPT-2 widened function-preservingly (toolkit/merge/projection.py)."""
 
-    models: list[str] = Field(default_factory=list, description="Models to merge (may differ in width).")
-    target: str | None = Field(None, description="Model whose shapes the merge takes (default: the largest).")
+    models: list[str] = Field(default_factory=list, description="Models to merge (may differ in width and depth).")
+    target: str | None = Field(None, description="Model whose shapes the merge takes (default: the deepest, "
+                                                     "then largest).")
     weights: list[float] | None = Field(None, description="One weight per model; default uniform.")
     align: bool = Field(False, description="Project first: weight-match MLP units / CNN channels, widen GPT-2.")
     fill: Literal["zero", "duplicate"] = Field("zero", description="With align, spare units of a widened MLP/CNN: "
@@ -73,8 +75,9 @@ def run_ties(config: TiesConfig, ctx) -> None:
 
 
 def run_padded(config: PaddedConfig, ctx) -> None:
-    parents = load_parents(config.models, ctx.device)
+    parents = load_parents(config.models, ctx.device, depths_may_differ=True)
     target = pick_target(parents, config.target, ctx.device)
     state = baselines.average([lay_out(p, target, config.align, config.fill) for p in parents], config.weights)
     finish(ctx, parents, target, state, "merge.padded", "", {"target": target.source, "align": config.align,
                                                                     "fill": config.fill})
+    record_depths(ctx, parents, target)
