@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from toolkit.core.errors import BadInputError, ResourceError
@@ -82,3 +83,38 @@ def test_hf_generation_stops_early_at_a_stop_marker(hf):
         assert cut.text == whole.text[:whole.text.find(marker)] if marker in whole.text else cut.text == whole.text
     assert len(stopped[0].tokens) < len(full[0].tokens) and stopped[0].finish_reason == "stop"
     assert stopped[0].token_logprobs == pytest.approx(full[0].token_logprobs[:len(stopped[0].tokens)], abs=1e-5)
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def local_llm(request, tiny_gpt2_dir, tiny_llama_dir):
+    return HFBackend(str(tiny_gpt2_dir if request.param == "gpt2" else tiny_llama_dir))
+
+
+PROMPTS = ["Be brief.\nQuestion: is it so?\nResponse:", "Be brief.\nQuestion: a much longer question here?\nResponse:",
+           "Think first.\nQuestion: why?\nResponse:"]
+
+
+def reference(llm, prompts, continuations):
+    return np.array([[s.logprob for s in llm.score([p] * len(continuations), continuations)] for p in prompts])
+
+
+def test_cached_prefix_score_choices_match_teacher_forced_score(local_llm):
+    from toolkit.llm.base import LLM
+    from toolkit.llm.hf import _layout
+
+    continuations = ["Answer: a", "Answer: b", "Answer: c"]
+    # the fast path applies: the continuations differ in exactly their last token
+    assert _layout(local_llm.tokenizer, PROMPTS[0], continuations) is not None
+    local_llm.batch_size = 2
+    fast = np.array(local_llm.score_choices(PROMPTS, continuations))
+    assert fast == pytest.approx(reference(local_llm, PROMPTS, continuations), abs=1e-4)
+    assert fast == pytest.approx(np.array(LLM.score_choices(local_llm, PROMPTS, continuations)), abs=1e-4)
+
+
+def test_multi_token_choices_fall_back_to_score(local_llm):
+    from toolkit.llm.hf import _layout
+
+    continuations = ["Answer: positive", "Answer: neg"]
+    assert _layout(local_llm.tokenizer, PROMPTS[1], continuations) is None
+    fast = np.array(local_llm.score_choices(PROMPTS, continuations))
+    assert fast == pytest.approx(reference(local_llm, PROMPTS, continuations), abs=1e-4)

@@ -1,5 +1,5 @@
-"""MHLP class-word scoring: the cached-prefix fast path against `LLM.score`, and the Bayesian model average and its
-rows against hand computations."""
+"""MHLP class-word scoring: the Bayesian model average and its rows against hand computations (the cached-prefix
+`score_choices` itself is tested in test_llm.py)."""
 
 import math
 from types import SimpleNamespace
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from toolkit.llm.base import ScoredText
+from toolkit.llm.base import LLM, ScoredText
 from toolkit.prompt import scoring
 from toolkit.prompt.run import MHLPConfig, score_rows
 
@@ -24,38 +24,8 @@ def test_model_average_counts_repeated_samples():
     assert scoring.model_average([a, a, b]) == pytest.approx(expected)
 
 
-@pytest.fixture(scope="module", params=["gpt2", "llama"])
-def local_llm(request, tiny_gpt2_dir, tiny_llama_dir):
-    from toolkit.llm.hf import HFBackend
-
-    return HFBackend(str(tiny_gpt2_dir if request.param == "gpt2" else tiny_llama_dir))
-
-
-PROMPTS = ["Be brief.\nQuestion: is it so?\nResponse:", "Be brief.\nQuestion: a much longer question here?\nResponse:",
-           "Think first.\nQuestion: why?\nResponse:"]
-
-
-def reference(llm, prompts, continuations):
-    return np.array([[s.logprob for s in llm.score([p] * len(continuations), continuations)] for p in prompts])
-
-
-def test_fast_path_matches_teacher_forced_score(local_llm):
-    continuations = ["Answer: a", "Answer: b", "Answer: c"]
-    # the fast path applies: the continuations differ in exactly their last token
-    assert scoring._layout(local_llm.tokenizer, PROMPTS[0], continuations) is not None
-    fast = scoring.continuation_log_probs(local_llm, PROMPTS, continuations, batch_size=2)
-    assert fast == pytest.approx(reference(local_llm, PROMPTS, continuations), abs=1e-4)
-
-
-def test_multi_token_continuations_fall_back_to_score(local_llm):
-    continuations = ["Answer: positive", "Answer: neg"]
-    assert scoring._layout(local_llm.tokenizer, PROMPTS[1], continuations) is None
-    fast = scoring.continuation_log_probs(local_llm, PROMPTS, continuations)
-    assert fast == pytest.approx(reference(local_llm, PROMPTS, continuations), abs=1e-4)
-
-
-class FixedScorer:
-    """Scores through `LLM.score` only: prompt "A" gives p(yes) = 0.8, any other prompt p(yes) = 0.4."""
+class FixedScorer(LLM):
+    """Scores through `LLM.score` only (the base class's `score_choices`): prompt "A" gives p(yes) = 0.8, any other prompt p(yes) = 0.4."""
 
     capabilities = frozenset({"score"})
 
