@@ -56,38 +56,32 @@ class LMZooConfig(BaseConfig):
 
 
 def _gpt2(config: LMZooConfig, width: int):
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from toolkit.zoo.recipes import gpt2_model
 
-    return GPT2LMHeadModel(GPT2Config(vocab_size=config.vocab, n_positions=config.context, n_embd=width,
-                                      n_layer=config.layers, n_head=config.heads, bos_token_id=0, eos_token_id=0,
-                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    return gpt2_model(vocab=config.vocab, layers=config.layers, width=width, heads=config.heads, ctx=config.context)
 
 
-def train_steps(model, streams: list[torch.Tensor], steps: int, lr: float, config: LMZooConfig, seed: int,
-                on_step=None) -> float:
-    """AdamW with warm-up + cosine; every batch draws equally from each token stream. Returns the last loss."""
+def mixed_batches(streams: list[torch.Tensor], config: LMZooConfig, seed: int):
+    """Endless batches of `config.batch` random windows, row i drawn from stream i mod len(streams)."""
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    model.train()
-    loss = torch.tensor(float("nan"))
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / steps))
+    while True:
         rows = []
         for index in range(config.batch):
             ids = streams[index % len(streams)]
             start = int(torch.randint(0, ids.numel() - config.seqlen - 1, (1,), generator=generator))
             rows.append(ids[start:start + config.seqlen])
-        batch = torch.stack(rows)
-        loss = model(batch, labels=batch).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        if on_step is not None:
-            on_step(step + 1, model)
-    model.eval()
-    return float(loss.detach())
+        yield torch.stack(rows)
+
+
+def train_steps(model, streams: list[torch.Tensor], steps: int, lr: float, config: LMZooConfig, seed: int,
+                on_step=None) -> float:
+    """The zoo's optimisation loop (toolkit.zoo.lm.optimise: AdamW, 20 warm-up steps + cosine) on batches that draw
+    equally from each token stream; `on_step(step, model)` after each step. Returns the last loss."""
+    from toolkit.zoo.lm import TrainSpec, optimise
+
+    spec = TrainSpec(steps=steps, seqlen=config.seqlen, batch=config.batch, lr=lr)
+    callback = None if on_step is None else (lambda step, _loss: on_step(step, model))
+    return optimise(model, mixed_batches(streams, config, seed), spec, on_step=callback)
 
 
 @torch.no_grad()

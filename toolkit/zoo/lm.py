@@ -56,31 +56,43 @@ def mean_loss(model, ids: torch.Tensor, seqlen: int, max_windows: int = 32) -> f
     return model(batch, labels=batch).loss.item()
 
 
-def train_causal_lm(model, tokenizer, text: str, spec: TrainSpec, seed: int = 0, quiet: bool = False) -> dict:
-    """Train in place on 95% of `text`; return losses measured on the held-out 5%."""
-    torch.manual_seed(seed)
-    train_text, val_text = split_text(text, test_fraction=0.05, seed=seed)
-    train_ids, val_ids = tokenize(tokenizer, train_text), tokenize(tokenizer, val_text)
+def optimise(model, batch_stream, spec: TrainSpec, on_step=None) -> float:
+    """AdamW (betas 0.9/0.95), linear warm-up then cosine decay, gradient clipping at 1: `spec.steps` steps on the
+    batches of `batch_stream`; `on_step(step, loss)` after each. Returns the last training loss."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95),
                                   weight_decay=spec.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / spec.warmup) * 0.5 * (
         1 + math.cos(math.pi * min(s, spec.steps) / spec.steps)))
-    generator = torch.Generator().manual_seed(seed)
     model.train()
-    started, loss = time.perf_counter(), float("nan")
-    for step, batch in zip(range(spec.steps), batches(train_ids, spec, generator)):
+    loss = torch.tensor(float("nan"))
+    for step, batch in zip(range(spec.steps), batch_stream):
         loss = model(batch, labels=batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
-        if not quiet and ((step + 1) % spec.eval_every == 0 or step + 1 == spec.steps):
+        if on_step is not None:
+            on_step(step + 1, loss)
+    model.eval()
+    return float(loss.detach())
+
+
+def train_causal_lm(model, tokenizer, text: str, spec: TrainSpec, seed: int = 0, quiet: bool = False) -> dict:
+    """Train in place on 95% of `text`; return losses measured on the held-out 5%."""
+    torch.manual_seed(seed)
+    train_text, val_text = split_text(text, test_fraction=0.05, seed=seed)
+    train_ids, val_ids = tokenize(tokenizer, train_text), tokenize(tokenizer, val_text)
+    started = time.perf_counter()
+
+    def report(step: int, loss: torch.Tensor) -> None:
+        if not quiet and (step % spec.eval_every == 0 or step == spec.steps):
             model.eval()
             val = mean_loss(model, val_ids, spec.seqlen)
             model.train()
-            log.warning("step %d/%d train loss %.3f val loss %.3f (%.0fs)", step + 1, spec.steps, loss.item(), val,
+            log.warning("step %d/%d train loss %.3f val loss %.3f (%.0fs)", step, spec.steps, loss.item(), val,
                         time.perf_counter() - started)
-    model.eval()
-    return {"train_loss": float(loss.detach()) if torch.is_tensor(loss) else loss, "val_loss": mean_loss(model, val_ids, spec.seqlen),
+
+    loss = optimise(model, batches(train_ids, spec, torch.Generator().manual_seed(seed)), spec, on_step=report)
+    return {"train_loss": loss, "val_loss": mean_loss(model, val_ids, spec.seqlen),
             "train_tokens": spec.steps * spec.batch * spec.seqlen, "seconds": time.perf_counter() - started}

@@ -16,7 +16,8 @@ from toolkit.zoo.lm import TrainSpec, train_causal_lm, train_tokenizer
 log = logging.getLogger("iclrkit")
 
 
-def _gpt2(vocab: int, layers: int, width: int, heads: int, ctx: int):
+def gpt2_model(vocab: int, layers: int, width: int, heads: int, ctx: int):
+    """A randomly initialised GPT-2 of this size, dropout off."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(vocab_size=vocab, n_positions=ctx, n_embd=width, n_layer=layers, n_head=heads,
@@ -56,7 +57,7 @@ def build_lm(name: str, out: Path, data: str | None = None, steps: int | None = 
     torch.manual_seed(seed)
     tokenizer = train_tokenizer(text, size["vocab"])
     arch = size.pop("arch")
-    model = _gpt2(**size) if arch == "gpt2" else _llama(**size)
+    model = gpt2_model(**size) if arch == "gpt2" else _llama(**size)
     stats = train_causal_lm(model, tokenizer, text, spec, seed=seed, quiet=quiet)
     save_model(model, tokenizer, out, technique="zoo", source=f"zoo:{name}",
                notes=f"Trained here on `{data or 'embedded'}`: {stats}",
