@@ -92,3 +92,41 @@ def test_handful_of_edits_reach_strict_efficacy(cli, tmp_path, tiny_gpt2_dir):
     assert metrics["50"]["insertion_reach"] > 0.7 and metrics["50"]["efficacy"] >= 80
     assert metrics["15000"]["insertion_reach"] < 0.1 and metrics["15000"]["efficacy"] < metrics["50"]["efficacy"]
     assert "lower mom2_update_weight" in result.stderr
+
+
+def test_length_groups_cover_rows_and_bound_padding():
+    from toolkit.edit.memit import Row, length_groups
+
+    lengths = [6, 27, 7, 13, 14, 9, 20, 6, 21, 11]
+    rows = [Row(ids=[0] * n, subject_index=0, request=i) for i, n in enumerate(lengths)]
+    picked = [0, 1, 3, 4, 6, 7, 8, 9]
+    groups = length_groups(rows, picked, slack=1.25)
+    assert sorted(i for g in groups for i in g) == sorted(picked)
+    for group in groups:
+        sizes = [lengths[i] for i in group]
+        assert max(sizes) <= 1.25 * min(sizes)
+
+
+def test_batched_values_equal_each_request_alone(tiny_llama_dir):
+    """Requests optimised together (rows of many lengths, early stopping dropping some mid-way) get the δ each
+    gets when optimised alone: the batch is a speed-up, not a different objective."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval().requires_grad_(False)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    arch = Arch.of(model)
+    facts = [("The value of {}", "object", "the"), ("{} is located in", "the big house", "a red car"),
+             ("Where is {}?", "a", "blue"), ("I think {} will", "Paris France today", "of the day")]
+    requests = [EditRequest(prompt=p, subject=s, target_new=t, record_id=f"r{i}") for i, (p, s, t) in enumerate(facts)]
+    templates = ["", "Hello world. "]
+    keys = compute_keys(model, arch, tokenizer, requests, templates, [1], 4, "cpu")[1]
+    settings = dict(model="m", data="d", kl_factor=0.0, v_weight_decay=0.0, clamp_factor=10.0)
+    start = optimise_values(model, arch, tokenizer, requests, templates, keys,
+                            MemitConfig(v_num_grad_steps=1, **settings), 1, "cpu")[2].sort().values
+    stop = float(start[:2].mean())  # the easiest request stops at once, the others keep going
+    config = MemitConfig(v_num_grad_steps=12, early_stop_loss=stop, **settings)
+    together, _, nll = optimise_values(model, arch, tokenizer, requests, templates, keys, config, 1, "cpu")
+    alone = torch.cat([optimise_values(model, arch, tokenizer, [r], templates, keys[i:i + 1], config, 1, "cpu")[0]
+                       for i, r in enumerate(requests)])
+    assert torch.allclose(together, alone, atol=1e-4)
+    assert 1 <= int((nll < stop).sum()) < len(requests)

@@ -365,15 +365,20 @@ def key_covariance(model, arch: Arch, tokenizer, layers: list[int], text: str, n
 
 
 class _CachedBlocks(nn.Module):
-    """Stands in for blocks 0..L: returns block L's cached output with δ added at each row's subject token."""
+    """Stands in for blocks 0..L: returns block L's cached output of the selected rows with δ added at each row's
+    subject token."""
 
     def __init__(self, hidden: torch.Tensor, rows: list[Row]):
         super().__init__()
-        self.hidden = hidden
-        self.row_index = torch.arange(len(rows), device=hidden.device)
-        self.subject_index = torch.tensor([r.subject_index for r in rows], device=hidden.device)
-        self.request = torch.tensor([r.request for r in rows], device=hidden.device)
+        self.cached, self.rows = hidden, rows
         self.delta: torch.Tensor | None = None
+
+    def select(self, picked: list[int], width: int) -> None:
+        device = self.cached.device
+        self.hidden = self.cached[picked, :width]
+        self.row_index = torch.arange(len(picked), device=device)
+        self.subject_index = torch.tensor([self.rows[i].subject_index for i in picked], device=device)
+        self.request = torch.tensor([self.rows[i].request for i in picked], device=device)
 
     def forward(self, hidden_states, *args, **kwargs):
         add = torch.zeros_like(self.hidden)
@@ -422,6 +427,44 @@ def optimise_values(model, arch: Arch, tokenizer, requests: list[EditRequest], t
     return torch.cat(deltas), torch.cat(inits), torch.cat(nlls)
 
 
+def length_groups(rows: list[Row], picked: list[int], slack: float = 1.25) -> list[list[int]]:
+    """The picked rows sorted by length and cut wherever a row is over `slack` times its group's shortest, so a
+    forward pads each row by at most that factor rather than to the chunk's longest."""
+    groups: list[list[int]] = []
+    for i in sorted(picked, key=lambda i: len(rows[i].ids)):
+        if not groups or len(rows[i].ids) > slack * len(rows[groups[-1][0]].ids):
+            groups.append([])
+        groups[-1].append(i)
+    return groups
+
+
+def _upper_forward(arch, stub: _CachedBlocks, picked: list[int], pad: int, device) -> torch.Tensor:
+    """Blocks L+1.. on the picked rows only, padded to their own longest row."""
+    ids, mask = pad_rows([stub.rows[i] for i in picked], pad, device)
+    stub.select(picked, ids.shape[1])
+    return arch.base(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def _target_nll(arch, last: torch.Tensor, rows: list[Row], picked: list[int], n: int,
+                prompts_per_request: torch.Tensor) -> torch.Tensor:
+    """Per request: the mean over its prompts of the mean target-token NLL (0 for requests without picked rows)."""
+    where, labels, owners, weights = [], [], [], []
+    for k, i in enumerate(picked):
+        row = rows[i]
+        for j, token in enumerate(row.targets):
+            where.append((k, row.target_start + j))
+            labels.append(token)
+            owners.append(row.request)
+            weights.append(1.0 / len(row.targets))
+    device = last.device
+    at = torch.tensor(where, device=device)
+    logp = torch.log_softmax(arch.lm_head(last[at[:, 0], at[:, 1]]).float(), dim=-1)
+    token_nll = -logp.gather(1, torch.tensor(labels, device=device)[:, None]).squeeze(1)
+    token_nll = token_nll * torch.tensor(weights, device=device)
+    owner = torch.tensor(owners, device=device)
+    return torch.zeros(n, device=device).index_add(0, owner, token_nll) / prompts_per_request
+
+
 def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config, layer, device, alignment):
     from toolkit.nn.hooks import capture
 
@@ -430,7 +473,8 @@ def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config,
                for r in requests]
     essence_rows = prompt_rows(tokenizer, essence, [""], with_target=False)
     all_rows = rows + essence_rows
-    ids, mask = pad_rows(all_rows, pad_id(tokenizer), device)
+    pad = pad_id(tokenizer)
+    ids, mask = pad_rows(all_rows, pad, device)
     with torch.no_grad(), capture(model, [arch.block(layer)], what="output") as records:
         model(input_ids=ids, attention_mask=mask)
     hidden = records[arch.block(layer)][0].float()
@@ -444,51 +488,48 @@ def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config,
         delta = torch.where(h_norm < 100, key_norm * h_init / h_norm.clamp_min(1e-12), delta)
     max_norm = config.clamp_factor * (h_init.norm(dim=-1) if config.clamp == "h" else keys_z.norm(dim=-1))
 
-    positions, labels = [], []
-    for i, row in enumerate(rows):
-        for j, token in enumerate(row.targets):
-            positions.append((i, row.target_start + j))
-            labels.append(token)
-    pos = torch.tensor(positions, device=device)
-    labels_t = torch.tensor(labels, device=device)
-    per_row_tokens = torch.tensor([len(r.targets) for r in rows], device=device, dtype=torch.float)
-    row_owner = torch.tensor([r.request for r in rows], device=device)
-    token_row = pos[:, 0]
     n = len(requests)
-    essence_pos = torch.tensor([(len(rows) + i, len(r.ids) - 1) for i, r in enumerate(essence_rows)], device=device)
-    prompts_per_request = torch.bincount(row_owner, minlength=n).float()
-
+    prompts_per_request = torch.bincount(torch.tensor([r.request for r in rows]), minlength=n).float().to(device)
     stub = _CachedBlocks(hidden, all_rows)
     adam = MaskedAdam(delta.shape, config.v_lr, device=device)
     active = torch.ones(n, dtype=torch.bool, device=device)
-    kl_init = None
+    nll = torch.zeros(n, device=device)
+    kl_init = torch.zeros(n, arch.lm_head.weight.shape[0], device=device)  # essence log-probs before the edit
     with upper_blocks_only(arch, stub, layer):
         for step in range(config.v_num_grad_steps):
+            live = active.nonzero().flatten()
             delta.requires_grad_(True)
             stub.delta = delta
-            last = arch.base(input_ids=ids, attention_mask=mask).last_hidden_state
-            logp = torch.log_softmax(arch.lm_head(last[pos[:, 0], pos[:, 1]]).float(), dim=-1)
-            token_nll = -logp.gather(1, labels_t[:, None]).squeeze(1) / per_row_tokens[token_row]
-            row_nll = torch.zeros(len(rows), device=device).index_add(0, token_row, token_nll)
-            nll = torch.zeros(n, device=device).index_add(0, row_owner, row_nll) / prompts_per_request
-            ess = torch.log_softmax(arch.lm_head(last[essence_pos[:, 0], essence_pos[:, 1]]).float(), dim=-1)
-            if kl_init is None:
-                kl_init = ess.detach()
-            kl = (ess.exp() * (ess - kl_init)).sum(-1)  # KL(current ‖ initial), as MEMIT codes it
-            loss = nll + config.kl_factor * kl
+            step_nll = torch.zeros(n, device=device)
+            for group in length_groups(rows, [i for i, r in enumerate(rows) if active[r.request]]):
+                last = _upper_forward(arch, stub, group, pad, device)
+                step_nll = step_nll + _target_nll(arch, last, rows, group, n, prompts_per_request)
+            kl = torch.zeros(n, device=device)
+            for group in length_groups(all_rows, [len(rows) + int(q) for q in live]):
+                last = _upper_forward(arch, stub, group, pad, device)
+                ends = torch.tensor([len(all_rows[i].ids) - 1 for i in group], device=device)
+                owner = torch.tensor([all_rows[i].request for i in group], device=device)
+                ess = torch.log_softmax(arch.lm_head(last[torch.arange(len(group)), ends]).float(), dim=-1)
+                if step == 0:
+                    kl_init[owner] = ess.detach()
+                kl = kl.index_add(0, owner, (ess.exp() * (ess - kl_init[owner])).sum(-1))  # KL(now ‖ start)
+            loss = step_nll + config.kl_factor * kl
             loss = loss + config.v_weight_decay * delta.norm(dim=-1) / h_init.norm(dim=-1).square()
             if alignment is not None:
                 loss = loss + alignment(delta)
-            log.debug("value step %d: mean target NLL %.3f, mean loss %.3f, active %d", step,
-                      float(nll.detach().mean()), float(loss.detach().mean()), int(active.sum()))
-            active &= loss.detach() >= config.early_stop_loss
+            loss = loss[live]
+            nll[live] = step_nll.detach()[live]
+            log.debug("value step %d: mean target NLL %.3f, mean loss %.3f, live %d", step,
+                      float(nll.mean()), float(loss.detach().mean()), len(live))
+            keep = loss.detach() >= config.early_stop_loss
+            active[live[~keep]] = False
             if step == config.v_num_grad_steps - 1 or not active.any():
                 break
-            grad, = torch.autograd.grad(loss[active].sum(), delta)
+            grad, = torch.autograd.grad(loss[keep].sum(), delta)
             delta = delta.detach()
             adam.step(delta, grad, active)
             delta = project_norm(delta, max_norm)
-    return delta.detach(), h_init, nll.detach()
+    return delta.detach(), h_init, nll
 
 
 # ---------------------------------------------------------------- insertion
