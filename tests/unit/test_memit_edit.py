@@ -100,11 +100,12 @@ def test_length_groups_cover_rows_and_bound_padding():
     lengths = [6, 27, 7, 13, 14, 9, 20, 6, 21, 11]
     rows = [Row(ids=[0] * n, subject_index=0, request=i) for i, n in enumerate(lengths)]
     picked = [0, 1, 3, 4, 6, 7, 8, 9]
-    groups = length_groups(rows, picked, slack=1.25)
+    groups = length_groups(rows, picked, slack=1.25, extra=2)
     assert sorted(i for g in groups for i in g) == sorted(picked)
     for group in groups:
         sizes = [lengths[i] for i in group]
-        assert max(sizes) <= 1.25 * min(sizes)
+        assert max(sizes) <= 1.25 * min(sizes) + 2
+    assert [[lengths[i] for i in g] for g in groups] == [[6, 6], [11, 13, 14], [20, 21, 27]]
 
 
 def test_batched_values_equal_each_request_alone(tiny_llama_dir):

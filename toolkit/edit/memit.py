@@ -12,6 +12,7 @@ only the blocks above the last edit layer on that layer's cached output.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import logging
@@ -427,22 +428,73 @@ def optimise_values(model, arch: Arch, tokenizer, requests: list[EditRequest], t
     return torch.cat(deltas), torch.cat(inits), torch.cat(nlls)
 
 
-def length_groups(rows: list[Row], picked: list[int], slack: float = 1.25) -> list[list[int]]:
-    """The picked rows sorted by length and cut wherever a row is over `slack` times its group's shortest, so a
-    forward pads each row by at most that factor rather than to the chunk's longest."""
+def length_groups(rows: list[Row], picked: list[int], slack: float = 1.25, extra: int = 2) -> list[list[int]]:
+    """The picked rows sorted by length and cut wherever a row is longer than slack × its group's shortest + extra
+    tokens: each forward pads little, and short rows do not split into many tiny forwards."""
     groups: list[list[int]] = []
     for i in sorted(picked, key=lambda i: len(rows[i].ids)):
-        if not groups or len(rows[i].ids) > slack * len(rows[groups[-1][0]].ids):
+        if not groups or len(rows[i].ids) > slack * len(rows[groups[-1][0]].ids) + extra:
             groups.append([])
         groups[-1].append(i)
     return groups
 
 
-def _upper_forward(arch, stub: _CachedBlocks, picked: list[int], pad: int, device) -> torch.Tensor:
-    """Blocks L+1.. on the picked rows only, padded to their own longest row."""
-    ids, mask = pad_rows([stub.rows[i] for i in picked], pad, device)
-    stub.select(picked, ids.shape[1])
-    return arch.base(input_ids=ids, attention_mask=mask).last_hidden_state
+class _SuffixRunner:
+    """Runs blocks L+1.. on each row from its subject's last token on. The tokens before it are the same at every
+    step (δ enters at the subject), so their keys and values come from one cached forward of the unedited model;
+    rows sit left-padded in that cache and carry their own positions."""
+
+    def __init__(self, arch: Arch, rows: list[Row], hidden: torch.Tensor, pad: int, device):
+        from toolkit.models.adapters import cache_kwarg
+
+        self.arch, self.pad, self.device = arch, pad, device
+        starts = [r.subject_index for r in rows]
+        self.rows = [Row(ids=r.ids[p:], subject_index=0, request=r.request, target_start=r.target_start - p,
+                         targets=r.targets) for r, p in zip(rows, starts)]
+        suffix = hidden.new_zeros(len(rows), max(len(r.ids) for r in self.rows), hidden.shape[-1])
+        for b, (row, p) in enumerate(zip(rows, starts)):
+            suffix[b, :len(row.ids) - p] = hidden[b, p:len(row.ids)]
+        self.stub = _CachedBlocks(suffix, self.rows)
+        self.starts = torch.tensor(starts, device=device)
+        self.cache_name = cache_kwarg(arch.base)
+        self.prefix_mask, self.prefix_cache = self._encode_prefixes(rows, starts)
+        self.selected: dict[tuple[int, ...], object] = {}
+
+    @torch.no_grad()
+    def _encode_prefixes(self, rows: list[Row], starts: list[int]):
+        width = max(max(starts), 1)
+        ids = torch.full((len(rows), width), self.pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, (row, p) in enumerate(zip(rows, starts)):
+            if p:
+                ids[b, width - p:] = torch.tensor(row.ids[:p])
+                mask[b, width - p:] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (torch.arange(width, device=self.device)[None] - (width - self.starts)[:, None]).clamp_min(0)
+        # a row without prefix attends to its padding here, never later: a query with no key could give NaN
+        attend = torch.where(mask.sum(1, keepdim=True) == 0, torch.ones_like(mask), mask)
+        out = self.arch.base(input_ids=ids, attention_mask=attend, position_ids=positions, use_cache=True)
+        return mask, getattr(out, self.cache_name)
+
+    def _cache_of(self, picked: list[int]):
+        key = tuple(picked)
+        if key not in self.selected:
+            if len(self.selected) >= 32:  # compositions of earlier steps, before requests finished
+                self.selected.clear()
+            cache = copy.deepcopy(self.prefix_cache)
+            cache.batch_select_indices(torch.tensor(picked, device=self.device))
+            self.selected[key] = cache
+        return copy.deepcopy(self.selected[key])  # the forward appends the suffix to the copy
+
+    def forward(self, picked: list[int]) -> torch.Tensor:
+        """(len(picked), width, d): the last hidden states of the picked rows' suffixes, padded to their longest."""
+        ids, suffix_mask = pad_rows([self.rows[i] for i in picked], self.pad, self.device)
+        self.stub.select(picked, ids.shape[1])
+        index = torch.tensor(picked, device=self.device)
+        positions = self.starts[index][:, None] + torch.arange(ids.shape[1], device=self.device)
+        mask = torch.cat([self.prefix_mask[index], suffix_mask], dim=1)
+        return self.arch.base(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                              **{self.cache_name: self._cache_of(picked)}).last_hidden_state
 
 
 def _target_nll(arch, last: torch.Tensor, rows: list[Row], picked: list[int], n: int,
@@ -490,25 +542,26 @@ def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config,
 
     n = len(requests)
     prompts_per_request = torch.bincount(torch.tensor([r.request for r in rows]), minlength=n).float().to(device)
-    stub = _CachedBlocks(hidden, all_rows)
+    runner = _SuffixRunner(arch, all_rows, hidden, pad, device)
+    suffixes = runner.rows
     adam = MaskedAdam(delta.shape, config.v_lr, device=device)
     active = torch.ones(n, dtype=torch.bool, device=device)
     nll = torch.zeros(n, device=device)
     kl_init = torch.zeros(n, arch.lm_head.weight.shape[0], device=device)  # essence log-probs before the edit
-    with upper_blocks_only(arch, stub, layer):
+    with upper_blocks_only(arch, runner.stub, layer):
         for step in range(config.v_num_grad_steps):
             live = active.nonzero().flatten()
             delta.requires_grad_(True)
-            stub.delta = delta
+            runner.stub.delta = delta
             step_nll = torch.zeros(n, device=device)
-            for group in length_groups(rows, [i for i, r in enumerate(rows) if active[r.request]]):
-                last = _upper_forward(arch, stub, group, pad, device)
-                step_nll = step_nll + _target_nll(arch, last, rows, group, n, prompts_per_request)
+            for group in length_groups(suffixes, [i for i, r in enumerate(rows) if active[r.request]]):
+                last = runner.forward(group)
+                step_nll = step_nll + _target_nll(arch, last, suffixes, group, n, prompts_per_request)
             kl = torch.zeros(n, device=device)
-            for group in length_groups(all_rows, [len(rows) + int(q) for q in live]):
-                last = _upper_forward(arch, stub, group, pad, device)
-                ends = torch.tensor([len(all_rows[i].ids) - 1 for i in group], device=device)
-                owner = torch.tensor([all_rows[i].request for i in group], device=device)
+            for group in length_groups(suffixes, [len(rows) + int(q) for q in live]):
+                last = runner.forward(group)
+                ends = torch.tensor([len(suffixes[i].ids) - 1 for i in group], device=device)
+                owner = torch.tensor([suffixes[i].request for i in group], device=device)
                 ess = torch.log_softmax(arch.lm_head(last[torch.arange(len(group)), ends]).float(), dim=-1)
                 if step == 0:
                     kl_init[owner] = ess.detach()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import copy
-import inspect
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from toolkit.llm.base import LLM, Completion, ScoredText, truncate_at_stop
+from toolkit.models.adapters import cache_kwarg
 
 
 class HFBackend(LLM):
@@ -151,7 +151,7 @@ def _score_rows(llm: HFBackend, rows: list[_Row]) -> list[list[float]]:
     prefix = len(rows[0].shared)
     for row in rows:
         prefix = min(prefix, _common_prefix(rows[0].shared, row.shared), min(row.starts) - 1)
-    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_arg = cache_kwarg(model)
     extra = {}
     if prefix > 0:
         encoded = model(torch.tensor([rows[0].shared[:prefix]], device=llm.device), use_cache=True)

@@ -146,3 +146,11 @@ def linear_weight(module: nn.Module, conv1d: bool):
 
 def set_linear_weight(module: nn.Module, weight, conv1d: bool) -> None:
     module.weight.data.copy_(weight.t() if conv1d else weight)
+
+
+def cache_kwarg(model: nn.Module) -> str:
+    """The forward's KV-cache argument: transformers 5.x names it `cache` (and ignores `past_key_values`), 4.x
+    `past_key_values`; the model output carries it under the same name."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

@@ -3,7 +3,6 @@ an embedding-space perturbation attack. MUSE: https://arxiv.org/abs/2407.06460 (
 
 from __future__ import annotations
 
-import inspect
 from typing import Optional
 
 import torch
@@ -12,6 +11,7 @@ from pydantic import Field
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError
 from toolkit.eval.perplexity import perplexity
+from toolkit.models.adapters import cache_kwarg
 from toolkit.models.source import load_model
 from toolkit.unlearn.data import encode_documents, load_documents, load_pairs, pad_id, qa_text
 from toolkit.unlearn.metrics import mia_auc, min_k_score, privleak, rouge_l
@@ -54,15 +54,10 @@ class EvalConfig(BaseConfig):
     embed_target_tokens: int = Field(16, ge=1, description="Ground-truth tokens whose likelihood the attack raises.")
 
 
-def _cache_kwarg(model) -> str:
-    """transformers 5.x names the KV cache `cache` (and ignores `past_key_values`); 4.x `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 @torch.no_grad()
 def greedy(model, embeds: torch.Tensor, new_tokens: int, stop: Optional[int] = None) -> list[int]:
     """Greedy decoding from prompt embeddings (1, T, d) with the KV cache."""
-    name = _cache_kwarg(model)
+    name = cache_kwarg(model)
     out = model(inputs_embeds=embeds, use_cache=True)
     generated = []
     for _ in range(new_tokens):
