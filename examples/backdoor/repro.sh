@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make repro-backdoor: BadNets ('cf', 10% poison, target 1) on an SST-2 subset -> MiniLM classifier; X-GRAAD vs
+# make repro-backdoor: BadNets ('cf', 10% poison, target 1) on 12,000 SST-2 train sentences -> MiniLM classifier (~30 min on one core); X-GRAAD vs
 # STRIP and ONION on the GLUE SST-2 dev set; threshold from held-out clean TRAIN sentences (never the test split).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
