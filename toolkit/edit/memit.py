@@ -6,7 +6,8 @@ For each request (s, r, o): keys k (the input of the MLP down-projection at the 
 over random-prefix contexts) at the edit layers R; a target z = h + δ of the last edit layer's output, where δ
 makes the model say o; then, layer by layer, ΔW = resid · Kᵀ (λC + K Kᵀ)⁻¹ with C = E[k kᵀ] over text and
 resid = (Z − H_cur) / (layers left). Speed: the δ of many requests are optimised together, and each step runs
-only the blocks above the last edit layer on that layer's cached output.
+only the blocks above the last edit layer on that layer's cached output, only from each subject's last token on (the
+tokens before it come from a KV cache), and only for the requests still optimising.
 """
 
 from __future__ import annotations
