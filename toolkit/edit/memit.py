@@ -445,20 +445,17 @@ class _SuffixRunner:
     step (δ enters at the subject), so their keys and values come from one cached forward of the unedited model;
     rows sit left-padded in that cache and carry their own positions."""
 
-    def __init__(self, arch: Arch, rows: list[Row], hidden: torch.Tensor, pad: int, device):
+    def __init__(self, model, arch: Arch, rows: list[Row], layer: int, pad: int, device):
         from toolkit.models.adapters import cache_kwarg
 
         self.arch, self.pad, self.device = arch, pad, device
         starts = [r.subject_index for r in rows]
         self.rows = [Row(ids=r.ids[p:], subject_index=0, request=r.request, target_start=r.target_start - p,
                          targets=r.targets) for r, p in zip(rows, starts)]
-        suffix = hidden.new_zeros(len(rows), max(len(r.ids) for r in self.rows), hidden.shape[-1])
-        for b, (row, p) in enumerate(zip(rows, starts)):
-            suffix[b, :len(row.ids) - p] = hidden[b, p:len(row.ids)]
-        self.stub = _CachedBlocks(suffix, self.rows)
         self.starts = torch.tensor(starts, device=device)
         self.cache_name = cache_kwarg(arch.base)
         self.prefix_mask, self.prefix_cache = self._encode_prefixes(rows, starts)
+        self.stub = _CachedBlocks(self._block_outputs(model, layer), self.rows)
         self.selected: dict[tuple[int, ...], object] = {}
 
     @torch.no_grad()
@@ -477,6 +474,20 @@ class _SuffixRunner:
         out = self.arch.base(input_ids=ids, attention_mask=attend, position_ids=positions, use_cache=True)
         return mask, getattr(out, self.cache_name)
 
+    @torch.no_grad()
+    def _block_outputs(self, model, layer: int) -> torch.Tensor:
+        """Block L's output on every suffix token of the unedited model (what the stub feeds blocks L+1..)."""
+        from toolkit.nn.hooks import capture
+
+        everything = list(range(len(self.rows)))
+        with capture(model, [self.arch.block(layer)], what="output") as records:
+            self.arch.base(**self._inputs(everything, copy.deepcopy(self.prefix_cache)))
+        return records[self.arch.block(layer)][0].float()
+
+    def subject_states(self, picked: list[int]) -> torch.Tensor:
+        """Block L's output at the subject's last token of the picked rows, before any δ."""
+        return self.stub.cached[picked, 0]
+
     def _cache_of(self, picked: list[int]):
         key = tuple(picked)
         if key not in self.selected:
@@ -487,15 +498,19 @@ class _SuffixRunner:
             self.selected[key] = cache
         return copy.deepcopy(self.selected[key])  # the forward appends the suffix to the copy
 
-    def forward(self, picked: list[int]) -> torch.Tensor:
-        """(len(picked), width, d): the last hidden states of the picked rows' suffixes, padded to their longest."""
+    def _inputs(self, picked: list[int], cache) -> dict:
         ids, suffix_mask = pad_rows([self.rows[i] for i in picked], self.pad, self.device)
-        self.stub.select(picked, ids.shape[1])
         index = torch.tensor(picked, device=self.device)
         positions = self.starts[index][:, None] + torch.arange(ids.shape[1], device=self.device)
         mask = torch.cat([self.prefix_mask[index], suffix_mask], dim=1)
-        return self.arch.base(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                              **{self.cache_name: self._cache_of(picked)}).last_hidden_state
+        return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "use_cache": True,
+                self.cache_name: cache}
+
+    def forward(self, picked: list[int]) -> torch.Tensor:
+        """(len(picked), width, d): the last hidden states of the picked rows' suffixes, padded to their longest."""
+        inputs = self._inputs(picked, self._cache_of(picked))
+        self.stub.select(picked, inputs["input_ids"].shape[1])
+        return self.arch.base(**inputs).last_hidden_state
 
 
 def _target_nll(arch, last: torch.Tensor, rows: list[Row], picked: list[int], n: int,
@@ -519,20 +534,13 @@ def _target_nll(arch, last: torch.Tensor, rows: list[Row], picked: list[int], n:
 
 
 def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config, layer, device, alignment):
-    from toolkit.nn.hooks import capture
-
     rows = prompt_rows(tokenizer, requests, templates, with_target=True)
     essence = [EditRequest(prompt=SLOT + " is a", subject=r.subject, target_new=r.target_new, record_id=r.record_id)
                for r in requests]
     essence_rows = prompt_rows(tokenizer, essence, [""], with_target=False)
-    all_rows = rows + essence_rows
-    pad = pad_id(tokenizer)
-    ids, mask = pad_rows(all_rows, pad, device)
-    with torch.no_grad(), capture(model, [arch.block(layer)], what="output") as records:
-        model(input_ids=ids, attention_mask=mask)
-    hidden = records[arch.block(layer)][0].float()
-    bare = [i for i, r in enumerate(rows) if i % len(templates) == 0]
-    h_init = at_subject(hidden[bare], [rows[i] for i in bare])  # bare prompt = template ""
+    runner = _SuffixRunner(model, arch, rows + essence_rows, layer, pad_id(tokenizer), device)
+    suffixes = runner.rows
+    h_init = runner.subject_states([i for i in range(len(rows)) if i % len(templates) == 0])  # template ""
 
     delta = torch.zeros_like(h_init)
     if config.init == "target":
@@ -543,8 +551,6 @@ def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config,
 
     n = len(requests)
     prompts_per_request = torch.bincount(torch.tensor([r.request for r in rows]), minlength=n).float().to(device)
-    runner = _SuffixRunner(arch, all_rows, hidden, pad, device)
-    suffixes = runner.rows
     adam = MaskedAdam(delta.shape, config.v_lr, device=device)
     active = torch.ones(n, dtype=torch.bool, device=device)
     nll = torch.zeros(n, device=device)
