@@ -31,6 +31,9 @@ BatchOpt = Annotated[int | None, typer.Option("--batch-size", help="Sequential b
 LambdaOpt = Annotated[float | None, typer.Option("--mom2-weight", help="λ of the covariance term.")]
 CovOpt = Annotated[str | None, typer.Option("--cov-data", help="Text for the key covariance (default: embedded).")]
 StepsOpt = Annotated[int | None, typer.Option("--steps", help="Value optimisation steps per fact.")]
+ValuesOpt = Annotated[str | None, typer.Option("--values", help="Reuse the δ of an earlier run (its out dir or "
+                                                                 "values.safetensors; same model, facts, layers): "
+                                                                 "redo only the insertion, e.g. to sweep λ.")]
 
 
 def _edit(technique: str, config_cls, run, plan, flags: dict, common: Common) -> None:
@@ -43,14 +46,15 @@ def _edit(technique: str, config_cls, run, plan, flags: dict, common: Common) ->
                     "| iclrkit edit memit -m ./gpt2 -d facts.jsonl --layers 3,4 --batch-size 100 -o out")
 def memit(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: LayersOpt = None,
           batch_size: BatchOpt = None, mom2_weight: LambdaOpt = None, cov_data: CovOpt = None,
-          steps: StepsOpt = None, out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
+          steps: StepsOpt = None, values: ValuesOpt = None, out: OutOpt = None, config: ConfigOpt = None,
+          set_: SetOpt = None,
           seed: SeedOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False,
           json_: JsonOpt = False, overwrite: OverwriteOpt = False) -> None:
     from toolkit.edit.memit import MemitConfig, plan, run_memit
 
     _edit("edit.memit", MemitConfig, run_memit, plan,
           {"model": model, "data": data, "n_edits": n_edits, "layers": layers, "batch_size": batch_size,
-           "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps},
+           "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps, "values": values},
           Common.of(locals()))
 
 
@@ -59,7 +63,7 @@ def memit(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: La
                     "| iclrkit edit eamet -m ./llama -d counterfact.json --set cs_factor=0 --set mse_factor=0 -o out")
 def eamet(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: LayersOpt = None,
           batch_size: BatchOpt = None, mom2_weight: LambdaOpt = None, cov_data: CovOpt = None,
-          steps: StepsOpt = None,
+          steps: StepsOpt = None, values: ValuesOpt = None,
           tau: Annotated[float | None, typer.Option(help="Softmax temperature of the similarities.")] = None,
           top_m: Annotated[int | None, typer.Option(help="Key neighbours in the weighted MSE.")] = None,
           align_kl: Annotated[float | None, typer.Option(help="Weight of KL(P_k ‖ P_r) (cs_factor).")] = None,
@@ -72,6 +76,6 @@ def eamet(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: La
 
     _edit("edit.eamet", EametConfig, run_eamet, plan,
           {"model": model, "data": data, "n_edits": n_edits, "layers": layers, "batch_size": batch_size,
-           "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps, "tau": tau,
+           "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps, "values": values, "tau": tau,
            "top_m": top_m, "cs_factor": align_kl, "mse_factor": align_mse},
           Common.of(locals()))

@@ -84,3 +84,34 @@ def test_bad_fact_files(cli, tmp_path, tiny_gpt2_dir):
 def test_dry_run_prints_plan(cli, tmp_path, facts, tiny_gpt2_dir):
     result = cli(["edit", "memit", "-m", tiny_gpt2_dir, "-d", facts, "--dry-run"])
     assert result.exit_code == 0 and json.loads(result.stdout)["plan"]["n_edits"] == 3
+
+
+def test_reused_values_give_the_same_edit(cli, tmp_path, facts, tiny_gpt2_dir):
+    first = _run(cli, tmp_path, tiny_gpt2_dir, facts, "first", "eamet")
+    again = _run(cli, tmp_path, tiny_gpt2_dir, facts, "again", "eamet", "--values", first)
+    a, b = load_file(first / "model" / "model.safetensors"), load_file(again / "model" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    metrics = [json.loads((out / "run.json").read_text())["metrics"] for out in (first, again)]
+    for key in ("efficacy", "value_nll", "insertion_reach", "alignment_spearman"):
+        assert metrics[0][key] == metrics[1][key]
+    assert metrics[1]["values_from"] == str(first)
+    other_lambda = _run(cli, tmp_path, tiny_gpt2_dir, facts, "lam", "eamet", "--values", first, "--mom2-weight", "50")
+    c = load_file(other_lambda / "model" / "model.safetensors")
+    assert any(not torch.equal(a[k], c[k]) for k in a)
+
+
+def test_values_of_another_run_are_refused(cli, tmp_path, facts, tiny_gpt2_dir, tiny_llama_dir):
+    first = _run(cli, tmp_path, tiny_gpt2_dir, facts, "first", "memit")
+    cases = [([tiny_gpt2_dir, "-n", "2", "--values", first], "another facts"),
+             ([tiny_gpt2_dir, "--layers", "1", "--values", first], "another layers"),
+             ([tiny_llama_dir, "--values", first], "another"),
+             ([tiny_gpt2_dir, "--batch-size", "2", "--values", first], "one batch"),
+             ([tiny_gpt2_dir, "--values", tmp_path / "none"], "values file not found")]
+    (tmp_path / "junk.safetensors").write_bytes(b"not a tensor file")
+    cases.append(([tiny_gpt2_dir, "--values", tmp_path / "junk.safetensors"], "not a values file"))
+    for (model, *args), message in cases:
+        out = tmp_path / "refused"
+        result = cli(["edit", "memit", "-m", model, "-d", facts, "-o", out, "--set",
+                      f"stats_dir={tmp_path / 'stats'}", *FAST, *args])
+        assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
+        assert not out.exists()

@@ -29,6 +29,8 @@ from torch import nn
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, RunError
 from toolkit.edit.facts import SLOT, EditRequest
+from toolkit.edit.value_cache import FILE_NAME as VALUES_FILE
+from toolkit.edit.value_cache import facts_digest, load_values, save_values
 
 log = logging.getLogger("iclrkit.edit")
 
@@ -68,6 +70,7 @@ class MemitConfig(BaseConfig):
     fluency_samples: int = 50  # requests whose generation prompts are sampled for the n-gram entropy
     fluency_tokens: int = 50
     save_model: bool = True
+    values: str | None = None  # values.safetensors of an earlier run (same model, facts, templates, layers): skip δ
 
     @field_validator("layers", mode="before")
     @classmethod
@@ -661,17 +664,30 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
         ctx.baselines["unedited"] = evaluate(model, tokenizer, facts, config, device, ctx.progress)
     edit_seconds = 0.0  # keys, values and insertion only: no covariance, no evaluation
     batch = config.batch_size or len(facts)
-    all_keys, all_deltas, all_nll, all_reach, per_batch = [], [], [], [], []
-    alignment = alignment_factory() if alignment_factory else None
+    identity = {"model": model_fingerprint(model), "facts": facts_digest(facts), "templates": templates,
+                "layers": layers}
+    saved = None
+    if config.values:
+        if batch < len(facts):
+            raise BadInputError("values can be reused only when all facts are edited in one batch",
+                                "later batches' δ depend on the earlier batches' insertion; drop batch_size")
+        saved = load_values(config.values, identity)
+        ctx.inputs["values"] = config.values
+    all_keys, all_deltas, all_h, all_nll, all_reach, per_batch = [], [], [], [], [], []
+    alignment = alignment_factory() if alignment_factory and saved is None else None
     for start in range(0, len(facts), batch):
         clock = time.perf_counter()
         chunk = facts[start:start + batch]
-        keys_z = compute_keys(model, arch, tokenizer, chunk, templates, [layers[-1]], config.eval_batch,
-                              device)[layers[-1]]
-        if alignment:
-            alignment.begin_batch(keys_z)
-        delta, h, nll = optimise_values(model, arch, tokenizer, chunk, templates, keys_z, config, layers[-1],
-                                        device, alignment, ctx.progress)
+        if saved is not None:
+            span = slice(start, start + len(chunk))
+            keys_z, delta, h, nll = (saved[name][span].to(device) for name in ("keys_z", "delta", "h", "nll"))
+        else:
+            keys_z = compute_keys(model, arch, tokenizer, chunk, templates, [layers[-1]], config.eval_batch,
+                                  device)[layers[-1]]
+            if alignment:
+                alignment.begin_batch(keys_z)
+            delta, h, nll = optimise_values(model, arch, tokenizer, chunk, templates, keys_z, config, layers[-1],
+                                            device, alignment, ctx.progress)
         norms = insert(model, arch, tokenizer, chunk, templates, h + delta, layers, covs,
                        config.mom2_update_weight, config.eval_batch, device)
         edit_seconds += time.perf_counter() - clock
@@ -680,10 +696,13 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
         all_nll.append(nll)
         all_keys.append(keys_z)
         all_deltas.append(delta)
+        all_h.append(h)
         if config.batch_size:
             scores = evaluate(model, tokenizer, chunk, config, device, None, parts=("efficacy",))
             per_batch.append({"start": start, "size": len(chunk), **scores,
                               **{f"delta_w_norm_layer{l}": v for l, v in norms.items()}})
+    save_values(ctx.path(VALUES_FILE), {"delta": torch.cat(all_deltas), "h": torch.cat(all_h),
+                                         "nll": torch.cat(all_nll), "keys_z": torch.cat(all_keys)}, identity)
     metrics = evaluate(model, tokenizer, facts, config, device, ctx.progress)
     metrics["alignment_spearman"] = alignment_spearman(torch.cat(all_keys), torch.cat(all_deltas))
     # the two stages that must both succeed for a strict edit: δ makes the model say o, the weights produce δ
@@ -692,6 +711,8 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
     if metrics["insertion_reach"] < 0.5:
         log.warning("the edited weights produce only %.0f%% of the target residual δ: lower mom2_update_weight "
                     "(λ, now %g) for this model", 100 * metrics["insertion_reach"], config.mom2_update_weight)
+    if config.values:
+        metrics["values_from"] = config.values  # δ reused: edit_seconds covers the insertion only
     metrics.update({"n_edits": len(facts), "layers": layers, "edit_seconds": round(edit_seconds, 2),
                     "covariance_seconds": round(cov_seconds, 2)})
     if per_batch:
