@@ -47,9 +47,8 @@ def _edit(technique: str, config_cls, run, plan, flags: dict, common: Common) ->
 def memit(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: LayersOpt = None,
           batch_size: BatchOpt = None, mom2_weight: LambdaOpt = None, cov_data: CovOpt = None,
           steps: StepsOpt = None, values: ValuesOpt = None, out: OutOpt = None, config: ConfigOpt = None,
-          set_: SetOpt = None,
-          seed: SeedOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False,
-          json_: JsonOpt = False, overwrite: OverwriteOpt = False) -> None:
+          set_: SetOpt = None, seed: SeedOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+          dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False) -> None:
     from toolkit.edit.memit import MemitConfig, plan, run_memit
 
     _edit("edit.memit", MemitConfig, run_memit, plan,
@@ -76,6 +75,6 @@ def eamet(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: La
 
     _edit("edit.eamet", EametConfig, run_eamet, plan,
           {"model": model, "data": data, "n_edits": n_edits, "layers": layers, "batch_size": batch_size,
-           "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps, "values": values, "tau": tau,
-           "top_m": top_m, "cs_factor": align_kl, "mse_factor": align_mse},
+           "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps, "values": values,
+           "tau": tau, "top_m": top_m, "cs_factor": align_kl, "mse_factor": align_mse},
           Common.of(locals()))

@@ -2,7 +2,8 @@
 
 The value optimisation is nearly all of an edit's cost; the insertion (λ, C) is cheap. Reusing the δ of a run
 makes a λ sweep cost one insertion and one evaluation per point (the official MEMIT's `--use_cache` does the same).
-δ only stays valid for the same model weights, facts, context templates and z layer, so all four are checked.
+δ only stays valid for the same model weights, facts, context templates and edit layers, so all four are
+checked.
 """
 
 from __future__ import annotations
