@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 FAST = ["--set", "cov_tokens=512", "--set", "cov_seqlen=32", "--set", "context_prefixes=1", "--set",
         "prefix_tokens=3", "--set", "fluency_samples=1", "--set", "fluency_tokens=5", "--steps", "4"]
@@ -108,7 +108,9 @@ def test_values_of_another_run_are_refused(cli, tmp_path, facts, tiny_gpt2_dir, 
              ([tiny_gpt2_dir, "--batch-size", "2", "--values", first], "one batch"),
              ([tiny_gpt2_dir, "--values", tmp_path / "none"], "values file not found")]
     (tmp_path / "junk.safetensors").write_bytes(b"not a tensor file")
-    cases.append(([tiny_gpt2_dir, "--values", tmp_path / "junk.safetensors"], "not a values file"))
+    cases.append(([tiny_gpt2_dir, "--values", tmp_path / "junk.safetensors"], "cannot read values file"))
+    save_file({"weight": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
+    cases.append(([tiny_gpt2_dir, "--values", tmp_path / "other.safetensors"], "not a values file"))
     for (model, *args), message in cases:
         out = tmp_path / "refused"
         result = cli(["edit", "memit", "-m", model, "-d", facts, "-o", out, "--set",

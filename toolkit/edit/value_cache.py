@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from toolkit.core.errors import BadInputError
+from toolkit.core.tensorfile import load_tensors, save_tensors
 from toolkit.edit.facts import EditRequest
 
 FILE_NAME = "values.safetensors"
@@ -29,29 +30,19 @@ def facts_digest(requests: list[EditRequest]) -> str:
 
 
 def save_values(path: Path, tensors: dict[str, torch.Tensor], identity: dict) -> None:
-    from safetensors.torch import save_file
-
-    save_file({name: tensors[name].detach().float().cpu().contiguous() for name in _TENSORS}, str(path),
-              metadata={"identity": json.dumps(identity, sort_keys=True)})
+    save_tensors(path, {name: tensors[name] for name in _TENSORS}, {"identity": json.dumps(identity, sort_keys=True)})
 
 
 def load_values(path: str, identity: dict) -> dict[str, torch.Tensor]:
-    """The tensors saved by an earlier run whose identity (model, facts, templates, layer) equals this one's."""
-    from safetensors import SafetensorError, safe_open
-
+    """The tensors saved by an earlier run whose identity (model, facts, templates, layers) equals this one's."""
     file = Path(path).expanduser()
     if file.is_dir():
         file = file / FILE_NAME
-    if not file.is_file():
-        raise BadInputError(f"values file not found: {file}", f"pass the {FILE_NAME} of an earlier edit run")
-    try:
-        with safe_open(str(file), framework="pt") as handle:
-            saved = json.loads((handle.metadata() or {}).get("identity", "{}"))
-            tensors = {name: handle.get_tensor(name) for name in _TENSORS}
-    except (SafetensorError, json.JSONDecodeError, OSError) as error:
-        raise BadInputError(f"{file}: not a values file of an edit run ({error})") from None
-    except Exception as error:  # a missing tensor name; safetensors raises a plain exception type for it
-        raise BadInputError(f"{file}: incomplete values file ({error})") from None
+    tensors, metadata = load_tensors(file, "values file", f"pass the {FILE_NAME} of an earlier edit run")
+    missing = [name for name in _TENSORS if name not in tensors]
+    if missing or "identity" not in metadata:
+        raise BadInputError(f"{file}: not a values file of an edit run (missing {', '.join(missing) or 'identity'})")
+    saved = json.loads(metadata["identity"])
     differing = sorted(key for key in identity if saved.get(key) != identity[key])
     if differing:
         raise BadInputError(f"{file} was computed for another {', '.join(differing)} than this run's",

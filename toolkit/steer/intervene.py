@@ -16,6 +16,7 @@ from typing import Iterator, Sequence
 import torch
 
 from toolkit.core.errors import BadInputError, require
+from toolkit.core.tensorfile import load_tensors, save_tensors
 from toolkit.models.adapters import adapter_for, first_module
 from toolkit.nn.hooks import capture, edit_output
 
@@ -151,22 +152,12 @@ def model_fingerprint(model) -> str:
 
 
 def save_directions(path: Path, directions: dict[int, torch.Tensor], metadata: dict) -> None:
-    from safetensors.torch import save_file
-
-    tensors = {f"layer.{layer}": v.float().contiguous() for layer, v in directions.items()}
-    save_file(tensors, str(path), metadata={k: str(v) for k, v in metadata.items()})
+    save_tensors(path, {f"layer.{layer}": v for layer, v in directions.items()},
+                 {k: str(v) for k, v in metadata.items()})
 
 
 def load_directions(path: str | Path) -> tuple[dict[int, torch.Tensor], dict]:
-    from safetensors import safe_open
-
-    path = Path(path)
-    require(path.is_file(), f"direction file not found: {path}")
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = dict(handle.metadata() or {})
-            directions = {int(key.split(".", 1)[1]): handle.get_tensor(key) for key in handle.keys()}
-    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's input problem
-        raise BadInputError(f"cannot read directions from {path}: {exc}") from None
+    tensors, metadata = load_tensors(Path(path), "direction file")
+    directions = {int(key.split(".", 1)[1]): value for key, value in tensors.items()}
     require(bool(directions), f"{path} holds no directions")
     return directions, metadata
