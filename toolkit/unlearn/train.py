@@ -34,6 +34,8 @@ class UnlearnConfig(BaseConfig):
     epochs: int = Field(10, ge=1, description="Passes over the forget windows.")
     max_steps: Optional[int] = Field(None, ge=1, description="Stop after this many steps (default: all epochs).")
     checkpoint_every: int = Field(50, ge=1, description="Steps between --resume checkpoints.")
+    max_grad_norm: Optional[float] = Field(1.0, ge=0, description="Clip the step's total gradient norm to this "
+                                           "(HF Trainer default 1.0, as the official scripts run); 0 or null: off.")
 
 
 @dataclass
@@ -144,12 +146,25 @@ def train(config: UnlearnConfig, ctx, model, corpus: Corpus, objective: Objectiv
         logs = objective(inputs)
         if not all(math.isfinite(v) for v in logs.values()):
             raise RunError(f"step {step}: non-finite loss {logs}", "lower --lr")
+        norm = clip_gradients(accelerator, params, config.max_grad_norm)
+        if norm is not None:
+            if not math.isfinite(norm):
+                raise RunError(f"step {step}: non-finite gradient norm {norm}", "lower --lr")
+            logs = {**logs, "grad_norm": norm}
         optimizer.step()
         history.append({"step": step, **logs})
         if (step + 1) % config.checkpoint_every == 0 and step + 1 < steps and ctx.out is not None:
             _checkpoint(accelerator, ctx, step + 1)
     return {"steps": steps, "resumed_from": start, "steps_per_epoch": per_epoch,
             "model": accelerator.unwrap_model(model), "history": history}
+
+
+def clip_gradients(accelerator, params: list[torch.nn.Parameter], max_norm: Optional[float]) -> Optional[float]:
+    """Scale p.grad so the total L2 norm over `params` is at most `max_norm` (as HF Trainer does before each
+    optimizer step); returns the norm before clipping, or None when clipping is off (max_norm 0 or None)."""
+    if not max_norm:
+        return None
+    return float(accelerator.clip_grad_norm_([p for p in params if p.grad is not None], max_norm))
 
 
 def _checkpoint(accelerator, ctx, next_step: int) -> None:
