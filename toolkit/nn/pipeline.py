@@ -37,18 +37,24 @@ class BlockStep:
     kwargs: dict
     device: str
     extra: dict[str, Any] = field(default_factory=dict)
+    probe: Callable[[str], None] | None = None  # memory probe (onloaded pipeline), called after each run()
 
     def run(self, stop_after: nn.Module | None = None) -> list[torch.Tensor] | None:
         """Forward every window through the block (hooks the callback registered see each one); outputs on CPU.
         With `stop_after` (a module inside the block) each window stops once that module and its hooks have run
         and nothing is returned: calibrating a linear needs nothing computed after it."""
         if stop_after is None:
-            return self._forward_all()
+            outputs = self._forward_all()
+            if self.probe is not None:
+                self.probe(f"block {self.index} propagated")
+            return outputs
         handle = stop_after.register_forward_hook(_stop_forward)
         try:
             self._forward_all()
         finally:
             handle.remove()
+        if self.probe is not None:
+            self.probe(f"block {self.index} calibrated")
         return None
 
     def _forward_all(self) -> list[torch.Tensor]:
@@ -190,3 +196,99 @@ def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(str(path))
+
+
+# -- onloaded pipeline: one block in memory at a time, read from the safetensors shards -----------------------------
+
+def dist_info() -> tuple[int, int]:
+    """(rank, world size) of the default torch.distributed group, (0, 1) when not initialised."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def rank_windows(windows: torch.Tensor) -> torch.Tensor:
+    """This rank's share of the calibration windows (every world-th, starting at the rank)."""
+    rank, world = dist_info()
+    if world == 1:
+        return windows
+    if windows.shape[0] < world:
+        raise BadInputError(f"{windows.shape[0]} calibration windows for {world} ranks: need at least one per rank")
+    return windows[rank::world]
+
+
+def shared_solves(jobs: list[tuple[Callable[[], torch.Tensor], torch.Tensor]]) -> list[torch.Tensor]:
+    """Run job j on rank j mod world and broadcast its result (shaped/typed like the job's template tensor) to
+    every rank; one process runs them all. The jobs must be the same list, in the same order, on every rank."""
+    import torch.distributed as dist
+
+    rank, world = dist_info()
+    if world == 1:
+        return [job() for job, _ in jobs]
+    results = []
+    for j, (job, template) in enumerate(jobs):
+        owner = j % world
+        value = job().contiguous() if owner == rank else torch.empty_like(template)
+        buffer = value.cpu() if dist.get_backend() == "gloo" else value
+        dist.broadcast(buffer, src=owner)
+        results.append(buffer.to(template.device))
+    return results
+
+
+def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[BlockStep], None], *,
+                            device: str = "cpu", out_dir: Path | None = None, save_dtype: torch.dtype | None = None,
+                            max_shard_bytes: int = 2 * 10**9, progress: Callable | None = None,
+                            probe: Callable[[str], None] | None = None,
+                            on_done: Callable[[Any], None] | None = None) -> dict:
+    """`run_sequential` for a `toolkit.models.lazy.LazyModel`: the parts outside the blocks are loaded once, then
+    block i is read from the shards, calibrated → changed by `on_block` → propagated on `device`, written to the
+    output shards under `out_dir` (its checkpoint names, in `save_dtype` or the compute dtype) and freed.
+
+    Under torch.distributed each rank runs its share of the windows (`rank_windows`); `on_block` all-reduces its
+    statistics (HessianAccumulator.all_reduce) and may share the solves out (`shared_solves`); rank 0 writes.
+    `on_done(lazy)` runs after the last block, before the non-block tensors are written. Returns a summary
+    (blocks, seconds per block, bytes written)."""
+    import time
+
+    from toolkit.models.lazy import ShardWriter
+
+    rank, _ = dist_info()
+    writer = ShardWriter(out_dir, max_shard_bytes) if (out_dir is not None and rank == 0) else None
+    lazy.load_non_block()
+    if probe is not None:
+        probe("non-block parts loaded")
+    inputs, args, kwargs = capture_block_inputs(lazy.model, rank_windows(windows), device, lazy.adapter)
+    args, kwargs = _to(args, device), _to(kwargs, device)
+    seconds = []
+    indices = range(len(lazy.layers))
+    for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
+        started = time.perf_counter()
+        block = lazy.load_block(index).to(device)
+        if probe is not None:
+            probe(f"block {index} loaded")
+        step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
+                         probe=probe)
+        on_block(step)
+        inputs = step.run()
+        del step
+        if writer is not None:
+            writer.add(_cast(lazy.block_state(index), save_dtype))
+        lazy.free_block(index)
+        seconds.append(time.perf_counter() - started)
+    del inputs
+    if on_done is not None:
+        on_done(lazy)
+    summary = {"blocks": len(lazy.layers), "seconds_per_block": seconds}
+    if writer is not None:
+        writer.add(_cast(lazy.non_block_state(), save_dtype))
+        summary["index"] = writer.close()
+        summary["bytes_written"] = writer.total_bytes
+    return summary
+
+
+def _cast(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    if dtype is None:
+        return tensors
+    return {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in tensors.items()}

@@ -1,0 +1,304 @@
+"""A model read lazily from a local safetensors directory (`model.safetensors`, or the shards a sharded
+`model.safetensors.index.json` names, as transformers writes them).
+
+`SafetensorsIndex` checks the files before anything is read or written (every shard the index names exists, no
+shard is truncated, the floating tensors of all shards share one dtype) and reads one tensor at a time.
+`LazyModel` builds the model skeleton with its parameters on the meta device (no memory), materialises the parts
+outside the decoder blocks (embeddings, final norm, head) and each block only when asked, and frees a block
+afterwards: peak memory is the non-block parts plus the blocks that are loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from toolkit.core.errors import BadInputError
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+
+
+def is_safetensors_dir(path) -> bool:
+    path = Path(path)
+    return path.is_dir() and (path / "config.json").is_file() and ((path / INDEX).is_file()
+                                                                   or (path / SINGLE).is_file())
+
+
+def read_header(path: Path) -> dict:
+    """The JSON header of one safetensors file, checked against the file size (a truncated file is refused)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            raw = handle.read(8)
+            if len(raw) < 8:
+                raise BadInputError(f"{path} is truncated (no safetensors header)")
+            (length,) = struct.unpack("<Q", raw)
+            if length > size - 8:
+                raise BadInputError(f"{path} is truncated (header runs past the end of the file)")
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"{path} is not a readable safetensors file: {exc}") from None
+    header.pop("__metadata__", None)
+    end = max((int(v["data_offsets"][1]) for v in header.values()), default=0)
+    if 8 + length + end > size:
+        raise BadInputError(f"{path} is truncated: its header needs {8 + length + end} bytes, the file has {size}")
+    return header
+
+
+class SafetensorsIndex:
+    """Tensor name → shard file, dtypes and shapes, for a local safetensors directory; checked on construction."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        index_file, single = self.directory / INDEX, self.directory / SINGLE
+        if index_file.is_file():
+            try:
+                weight_map = json.loads(index_file.read_text())["weight_map"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BadInputError(f"{index_file} is malformed: {exc}") from None
+            shards = sorted(set(weight_map.values()))
+            missing = [s for s in shards if not (self.directory / s).is_file()]
+            if missing:
+                raise BadInputError(f"{index_file} names {len(missing)} shard(s) that are missing: "
+                                    f"{', '.join(missing[:3])}")
+        elif single.is_file():
+            weight_map, shards = None, [SINGLE]
+        else:
+            raise BadInputError(f"{self.directory} has neither {INDEX} nor {SINGLE}")
+        self.shard_of: dict[str, str] = {}
+        self.dtype_of: dict[str, torch.dtype] = {}
+        self.shape_of: dict[str, tuple[int, ...]] = {}
+        float_dtypes: dict[torch.dtype, str] = {}
+        for shard in shards:
+            header = read_header(self.directory / shard)
+            for name, info in header.items():
+                if info["dtype"] not in _DTYPES:
+                    raise BadInputError(f"{shard}: tensor '{name}' has unsupported dtype {info['dtype']}")
+                dtype = _DTYPES[info["dtype"]]
+                self.shard_of[name], self.dtype_of[name] = shard, dtype
+                self.shape_of[name] = tuple(info["shape"])
+                if dtype.is_floating_point:
+                    float_dtypes.setdefault(dtype, shard)
+        if len(float_dtypes) > 1:
+            found = ", ".join(f"{str(d).removeprefix('torch.')} ({s})" for d, s in float_dtypes.items())
+            raise BadInputError(f"{self.directory}: shards disagree on the weight dtype: {found}")
+        if weight_map is not None:
+            absent = [n for n, s in weight_map.items() if self.shard_of.get(n) != s]
+            if absent:
+                raise BadInputError(f"{index_file} maps {len(absent)} tensor(s) to shards that do not hold them, "
+                                    f"e.g. '{absent[0]}'")
+        self.dtype = next(iter(float_dtypes), torch.float32)
+        self._handles: dict[str, object] = {}
+
+    def names(self) -> list[str]:
+        return list(self.shard_of)
+
+    def nbytes(self, name: str) -> int:
+        count = 1
+        for dim in self.shape_of[name]:
+            count *= dim
+        return count * torch.empty((), dtype=self.dtype_of[name]).element_size()
+
+    def get(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """One tensor, read from its shard (a fresh CPU tensor), optionally cast to `dtype`."""
+        from safetensors import safe_open
+
+        if name not in self.shard_of:
+            raise BadInputError(f"{self.directory}: no tensor '{name}' in the checkpoint")
+        shard = self.shard_of[name]
+        with safe_open(str(self.directory / shard), framework="pt") as handle:
+            tensor = handle.get_tensor(name)
+        if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:
+            tensor = tensor.to(dtype)
+        return tensor
+
+
+class LazyModel:
+    """The model skeleton with meta parameters; `load_non_block()` and `load_block(i)` / `free_block(i)` put real
+    tensors (read from the checkpoint, cast to `dtype`) in and take them out again."""
+
+    def __init__(self, directory, dtype: torch.dtype = torch.float32):
+        import transformers
+        from accelerate import init_empty_weights
+
+        from toolkit.models.adapters import adapter_for, get_layers
+        from toolkit.models.source import _quiet_transformers
+
+        self.directory = Path(directory)
+        if not (self.directory / "config.json").is_file():
+            raise BadInputError(f"model directory {self.directory} has no config.json")
+        self.index = SafetensorsIndex(self.directory)
+        _quiet_transformers()
+        try:
+            self.config = transformers.AutoConfig.from_pretrained(str(self.directory), local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise BadInputError(f"could not read {self.directory}/config.json: {str(exc).splitlines()[0]}") from None
+        self.dtype = dtype
+        with init_empty_weights(include_buffers=False):
+            self.model = transformers.AutoModelForCausalLM.from_config(self.config, dtype=dtype)
+        self.model.eval()
+        self.adapter = adapter_for(self.model)
+        self.layers = get_layers(self.model, self.adapter)
+        self.prefix = next(p for p in self.adapter.layers if _has(self.model, p))
+        self.tied = _tied_aliases(self.model, self.index)
+        names = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
+        names |= {n for n, _ in _persistent_buffers(self.model)}
+        wanted = names - set(self.tied)
+        absent = sorted(n for n in wanted if n not in self.index.shard_of)
+        if absent:
+            raise BadInputError(f"{self.directory}: the checkpoint lacks {len(absent)} tensor(s) the "
+                                f"{self.config.model_type} config needs, e.g. '{absent[0]}'")
+
+    # -- parts outside the blocks -----------------------------------------------------------------------------------
+    def block_prefix(self, index: int) -> str:
+        return f"{self.prefix}.{index}."
+
+    def non_block_names(self) -> list[str]:
+        return [n for n in self._tensor_names(self.model) if not n.startswith(self.prefix + ".")]
+
+    def load_non_block(self) -> None:
+        for name in self.non_block_names():
+            _set_tensor(self.model, name, self.index.get(name, self.dtype))
+        for alias, source in self.tied.items():
+            _alias_parameter(self.model, alias, source)
+
+    # -- one block at a time ----------------------------------------------------------------------------------------
+    def block_names(self, index: int) -> list[str]:
+        """The block's tensor names relative to the block (as its state_dict names them)."""
+        return self._tensor_names(self.layers[index])
+
+    def load_block(self, index: int) -> nn.Module:
+        block = self.layers[index]
+        prefix = self.block_prefix(index)
+        for name in self.block_names(index):
+            _set_tensor(block, name, self.index.get(prefix + name, self.dtype))
+        return block
+
+    def free_block(self, index: int) -> None:
+        block = self.layers[index]
+        for name in self.block_names(index):
+            owner, leaf = _owner(block, name)
+            current = getattr(owner, leaf)
+            _set_tensor(block, name, torch.empty(current.shape, dtype=current.dtype, device="meta"))
+
+    def block_state(self, index: int) -> dict[str, torch.Tensor]:
+        """The loaded block's tensors under their checkpoint names."""
+        block, prefix = self.layers[index], self.block_prefix(index)
+        return {prefix + n: _get_tensor(block, n).detach() for n in self.block_names(index)}
+
+    def non_block_state(self) -> dict[str, torch.Tensor]:
+        return {n: _get_tensor(self.model, n).detach() for n in self.non_block_names()}
+
+    def _tensor_names(self, root: nn.Module) -> list[str]:
+        names = [n for n, _ in root.named_parameters(remove_duplicate=False)]
+        names += [n for n, _ in _persistent_buffers(root)]
+        if root is self.model:
+            names = [n for n in names if n not in self.tied]
+        return [n for n in names if _in_checkpoint(self, root, n)]
+
+
+def _in_checkpoint(lazy: LazyModel, root: nn.Module, name: str) -> bool:
+    if root is lazy.model:
+        return name in lazy.index.shard_of
+    return True
+
+
+def _has(model: nn.Module, path: str) -> bool:
+    try:
+        model.get_submodule(path)
+        return True
+    except AttributeError:
+        return False
+
+
+def _persistent_buffers(root: nn.Module):
+    for module_name, module in root.named_modules(remove_duplicate=False):
+        skip = getattr(module, "_non_persistent_buffers_set", set())
+        for name, buffer in module._buffers.items():
+            if buffer is not None and name not in skip:
+                yield (f"{module_name}.{name}" if module_name else name), buffer
+
+
+def _tied_aliases(model: nn.Module, index: SafetensorsIndex) -> dict[str, str]:
+    """Parameters tied to another (GPT-2/Llama lm_head → embeddings) that the checkpoint leaves out."""
+    keys = getattr(model, "_tied_weights_keys", None) or {}
+    if not isinstance(keys, dict) or not getattr(model.config, "tie_word_embeddings", False):
+        return {}
+    return {alias: source for alias, source in keys.items() if alias not in index.shard_of}
+
+
+def _owner(root: nn.Module, name: str) -> tuple[nn.Module, str]:
+    path, _, leaf = name.rpartition(".")
+    return (root.get_submodule(path) if path else root), leaf
+
+
+def _get_tensor(root: nn.Module, name: str) -> torch.Tensor:
+    owner, leaf = _owner(root, name)
+    return getattr(owner, leaf)
+
+
+def _set_tensor(root: nn.Module, name: str, value: torch.Tensor) -> None:
+    owner, leaf = _owner(root, name)
+    if leaf in owner._parameters:
+        owner._parameters[leaf] = nn.Parameter(value, requires_grad=False)
+    else:
+        owner._buffers[leaf] = value
+
+
+def _alias_parameter(root: nn.Module, alias: str, source: str) -> None:
+    owner, leaf = _owner(root, alias)
+    owner._parameters[leaf] = _get_tensor(root, source)
+
+
+class ShardWriter:
+    """Write tensors into `model-0000k-of-0000N.safetensors` shards as they come, plus the index; nothing is kept
+    in memory beyond the shard being filled."""
+
+    def __init__(self, directory, max_shard_bytes: int = 2 * 10**9):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.max_shard_bytes = max_shard_bytes
+        self.pending: dict[str, torch.Tensor] = {}
+        self.pending_bytes = 0
+        self.shards: list[list[str]] = []
+        self.total_bytes = 0
+
+    def add(self, tensors: dict[str, torch.Tensor]) -> None:
+        for name, tensor in tensors.items():
+            size = tensor.numel() * tensor.element_size()
+            if self.pending and self.pending_bytes + size > self.max_shard_bytes:
+                self._flush()
+            self.pending[name] = tensor.detach().to("cpu").contiguous().clone()
+            self.pending_bytes += size
+            self.total_bytes += size
+
+    def _flush(self) -> None:
+        from safetensors.torch import save_file
+
+        if not self.pending:
+            return
+        save_file(self.pending, str(self.directory / f".shard-{len(self.shards):05d}.tmp"), metadata={"format": "pt"})
+        self.shards.append(list(self.pending))
+        self.pending, self.pending_bytes = {}, 0
+
+    def close(self) -> dict:
+        """Name the shards, write the index (or a single `model.safetensors`); returns the index."""
+        self._flush()
+        total = len(self.shards)
+        weight_map = {}
+        for number, names in enumerate(self.shards):
+            final = SINGLE if total == 1 else f"model-{number + 1:05d}-of-{total:05d}.safetensors"
+            (self.directory / f".shard-{number:05d}.tmp").replace(self.directory / final)
+            weight_map.update({name: final for name in names})
+        index = {"metadata": {"total_size": self.total_bytes}, "weight_map": weight_map}
+        if total > 1:
+            (self.directory / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
+        return index
