@@ -21,6 +21,24 @@ class HessianAccumulator:
         self.count += n
         self.H.addmm_(x.t(), x, alpha=2.0 / self.count)
 
+    def all_reduce(self, group=None) -> None:
+        """Under torch.distributed, make H the mean over every rank's tokens: the sums n_r·H_r and the counts are
+        all-reduced (in float64 on CPU for gloo), so each rank ends with the same H as one process that saw all the
+        tokens. A no-op in one process."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+            return
+        gloo = dist.get_backend(group) == "gloo"
+        total = (self.H.double() * self.count)
+        total = total.cpu() if gloo else total
+        count = torch.tensor([float(self.count)], dtype=torch.float64, device=total.device)
+        dist.all_reduce(total, group=group)
+        dist.all_reduce(count, group=group)
+        self.count = int(count.item())
+        if self.count:
+            self.H.copy_((total / self.count).to(self.H.device, self.H.dtype))
+
     def hook(self):
         """A forward hook for a Linear (input is args[0])."""
         def record(module, args, output):
