@@ -43,11 +43,11 @@ def test_alignment_sees_only_earlier_requests_and_is_zero_when_aligned():
     align = EmbeddingAlignment(config)
     keys = torch.randn(4, 8)
     align.begin_batch(keys)
-    # δ = keys projected nowhere else: identical similarity structure -> both losses vanish
-    loss = align.loss(keys.clone(), range(4))
-    assert loss[0] == 0
-    assert torch.allclose(loss, torch.zeros(4), atol=1e-5)
+    # nothing finished yet: no neighbour, no alignment (a δ still being optimised is never a neighbour)
+    assert torch.equal(align.loss(keys.clone(), range(4)), torch.zeros(4))
     align.record(keys[:2], range(2))
+    # δ = keys: identical similarity structure to the finished ones -> both losses vanish
+    assert torch.allclose(align.loss(keys[2:].clone(), range(2, 4)), torch.zeros(2), atol=1e-5)
     later = align.loss(torch.randn(2, 8), range(2, 4))
     assert later.shape == (2,) and (later > 0).all()
 
@@ -57,11 +57,12 @@ def test_zero_delta_rows_get_no_alignment_gradient():
     gradient that froze δ under Adam. Such rows get no alignment loss; the others keep theirs, finite."""
     torch.manual_seed(2)
     align = EmbeddingAlignment(EametConfig(model="m", data="d", tau=0.07))
-    align.begin_batch(torch.randn(4, 8))
+    align.begin_batch(torch.randn(7, 8))
+    align.record(torch.randn(3, 6), range(3))  # three finished neighbours
     delta = torch.randn(4, 6)
     delta[2] = 0
     delta.requires_grad_(True)
-    loss = align.loss(delta, range(4))
+    loss = align.loss(delta, range(3, 7))
     grad, = torch.autograd.grad(loss.sum(), delta)
     assert loss[2] == 0 and torch.equal(grad[2], torch.zeros(6))
     assert torch.isfinite(grad).all() and grad.abs().max() < 100 and loss[3] > 0

@@ -9,8 +9,10 @@ S_r(i, j) = cos(δ_i, δ_j) over earlier requests j < i (frozen):
   L_MSE = Σ_{j ∈ top-M by S_k} softmax(S_k/τ)_j · (S_k(i, j) − S_r(i, j))²
   L_i   = NLL + kl_factor·KL(essence) + cs_factor·L_KL + mse_factor·L_MSE,
 with δ started at ‖k_i‖·h_i/‖h_i‖ (when ‖h_i‖ < 100) and projected onto ‖δ_i‖ ≤ clamp_ks_factor·‖k_i‖.
-Batching: requests optimised in the same chunk see each other's current δ (detached) as their earlier
-neighbours; earlier chunks and batches are final. With opt_batch = 1 this is exactly the sequential scheme.
+Order, as the official compute_z: requests are optimised one at a time, and request i's neighbours are the final,
+frozen δ of the requests before it (rows whose final δ is 0 have no direction and are no neighbours); a request
+with no such neighbour gets no alignment term. Requests of earlier sequential batches (batch_size) stay
+neighbours here; the official code starts each batch afresh.
 """
 
 from __future__ import annotations
@@ -79,26 +81,28 @@ class EmbeddingAlignment:
         self.keys = unit if self.offset == 0 else torch.cat([self.keys.to(unit.device), unit])
 
     def loss(self, delta: torch.Tensor, span: range) -> torch.Tensor:
+        """Alignment loss of the requests in `span` (numbered within the batch) against the requests finished
+        before span.start: only their final δ, never a δ still being optimised (optimise_values passes one
+        request at a time, so this is request i against every j < i)."""
         first = self.offset + span.start  # requests before it are final
         chunk_keys = self.keys[first:first + len(span)]
-        earlier_keys = self.keys[:first + len(span)]
         # δ = 0 (the zero start, and the target start when ‖h‖ ≥ 100) has no direction: cos(δ, ·) there has a
         # gradient of 1/eps ≈ 1e12, which swamps the NLL and, through Adam's second moment, freezes δ for good.
         # Such rows get no alignment term until the NLL has moved them.
         live = delta.detach().norm(dim=-1) > 1e-6
         unit = F.normalize(torch.where(live[:, None], delta, torch.ones_like(delta)), dim=-1) * live[:, None]
         done = self.deltas[:first].to(delta.device) if first else unit.new_zeros(0, delta.shape[-1])
-        earlier = torch.cat([done, unit.detach()])
-        key_sim = chunk_keys @ earlier_keys.t()
-        delta_sim = unit @ earlier.t()
-        rows = torch.arange(len(span), device=delta.device)[:, None]
-        cols = torch.arange(earlier.shape[0], device=delta.device)[None, :]
-        valid = cols < first + rows  # j < i
+        key_sim = chunk_keys.to(delta.device) @ self.keys[:first].to(delta.device).t()
+        delta_sim = unit @ done.t()
+        # a finished request whose final δ is 0 (it never moved) is no neighbour
+        valid = (done.norm(dim=-1) > 0.5)[None, :].expand(len(span), -1)
         kl, mse = alignment_losses(key_sim, delta_sim, valid, self.config.tau, self.config.top_m)
         return (self.config.cs_factor * kl + self.config.mse_factor * mse) * live
 
     def record(self, delta: torch.Tensor, span: range) -> None:
-        unit = F.normalize(delta.detach().float(), dim=-1)
+        """Freeze the final δ of the requests in `span`; a δ still 0 is kept as a zero row (no neighbour)."""
+        delta = delta.detach().float()
+        unit = F.normalize(delta, dim=-1) * (delta.norm(dim=-1, keepdim=True) > 1e-6)
         self.deltas = unit if self.deltas.numel() == 0 else torch.cat([self.deltas.to(unit.device), unit])
 
 

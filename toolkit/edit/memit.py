@@ -64,7 +64,7 @@ class MemitConfig(BaseConfig):
     clamp_factor: float = 0.75
     early_stop_loss: float = 5e-2  # a request stops once its loss is below this
     batch_size: int | None = None  # sequential batched editing: requests per MEMIT update (None: all at once)
-    opt_batch: int = 32  # requests whose δ are optimised together in one forward/backward
+    opt_batch: int = 32  # MEMIT: requests whose δ are optimised together (EAMET: one at a time, see optimise_values)
     eval_batch: int = 64
     eval_before: bool = True  # also score the unedited model (baselines)
     fluency_samples: int = 50  # requests whose generation prompts are sampled for the n-gram entropy
@@ -415,12 +415,17 @@ def optimise_values(model, arch: Arch, tokenizer, requests: list[EditRequest], t
                     keys_z: torch.Tensor, config: MemitConfig, layer: int, device,
                     alignment: ValueAlignment | None = None, progress=None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """δ for every request, in chunks of config.opt_batch requests optimised together (each its own problem,
-    earlier chunks final before later ones start); returns (δ, h, final target NLL): (n, d), (n, d), (n,)."""
+    """δ for every request; returns (δ, h, final target NLL): (n, d), (n, d), (n,).
+
+    Without an alignment, chunks of config.opt_batch requests are optimised together: each row is its own problem
+    (MaskedAdam, per-request early stop), so a chunk gives the δ each request gets alone. With an alignment
+    (EAMET) request i's loss depends on the final δ of the requests before it, so requests go one at a time, as
+    in the official code: a batched chunk would let them see each other's moving δ and give other δ."""
     deltas, inits, nlls = [], [], []
-    chunks = range(0, len(requests), config.opt_batch)
+    size = 1 if alignment else config.opt_batch
+    chunks = range(0, len(requests), size)
     for start in (progress(chunks, description="values") if progress else chunks):
-        span = range(start, min(start + config.opt_batch, len(requests)))
+        span = range(start, min(start + size, len(requests)))
         extra = (lambda d, s=span: alignment.loss(d, s)) if alignment else None
         delta, init, nll = _optimise_chunk(model, arch, tokenizer, [requests[i] for i in span], templates,
                                            keys_z[span.start:span.stop], config, layer, device, extra)
