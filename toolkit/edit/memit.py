@@ -254,18 +254,24 @@ def subject_states(model, arch: Arch, tokenizer, rows: list[Row], paths: list[st
     return {p: torch.cat(v) for p, v in out.items()}
 
 
-def mean_per_request(values: torch.Tensor, rows: list[Row], n_requests: int) -> torch.Tensor:
-    index = torch.tensor([r.request for r in rows], device=values.device)
-    sums = torch.zeros(n_requests, values.shape[-1], device=values.device).index_add_(0, index, values)
-    counts = torch.bincount(index, minlength=n_requests).clamp_min(1).unsqueeze(-1)
-    return sums / counts
+def context_type_weights(templates: list[str]) -> list[float]:
+    """Weight of each template in a key: the official compute_ks (MEMIT and EAMET) averages within each context
+    type (the bare prompt "{}"; the generated prefixes, all of one length) and then over the types, so the bare
+    prompt counts 1/2 and each of n prefixes 1/(2n), not 1/(n+1) each."""
+    bare = [t == "" for t in templates]
+    types = [n for n in (sum(bare), len(templates) - sum(bare)) if n]
+    return [1.0 / (len(types) * (sum(bare) if b else len(templates) - sum(bare))) for b in bare]
 
 
 def compute_keys(model, arch: Arch, tokenizer, requests, templates, layers, batch, device) -> dict[int, torch.Tensor]:
-    """k at each layer: the down-projection input at the subject's last token, averaged over templates."""
+    """k at each layer: the down-projection input at the subject's last token, the mean over context types of the
+    mean over that type's templates (context_type_weights)."""
     rows = prompt_rows(tokenizer, requests, templates, with_target=False)
     states = subject_states(model, arch, tokenizer, rows, [arch.down(l) for l in layers], "input", batch, device)
-    return {l: mean_per_request(states[arch.down(l)], rows, len(requests)) for l in layers}
+    weights = torch.tensor(context_type_weights(templates) * len(requests), device=device)[:, None]
+    index = torch.tensor([r.request for r in rows], device=device)
+    return {l: torch.zeros(len(requests), states[arch.down(l)].shape[-1], device=device).index_add_(
+        0, index, weights * states[arch.down(l)]) for l in layers}
 
 
 def block_outputs(model, arch: Arch, tokenizer, requests, layer: int, batch: int, device) -> torch.Tensor:
@@ -645,7 +651,7 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
 
     from toolkit.data.text import load_text
     from toolkit.edit.facts import load_facts
-    from toolkit.edit.metrics import alignment_spearman, evaluate
+    from toolkit.edit.metrics import alignment_spearman, evaluate, write_per_record
     from toolkit.models.source import load_model
 
     facts = load_facts(config.data, config.n_edits)
@@ -665,8 +671,9 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
                           config.cov_seqlen, stats_dir(config.stats_dir), device, ctx.progress)
     cov_seconds = time.perf_counter() - clock
     templates = context_templates(model, tokenizer, config.context_prefixes, config.prefix_tokens, device)
+    before, after = [], []  # per-record scores -> results.jsonl
     if config.eval_before:
-        ctx.baselines["unedited"] = evaluate(model, tokenizer, facts, config, device, ctx.progress)
+        ctx.baselines["unedited"] = evaluate(model, tokenizer, facts, config, device, ctx.progress, per_record=before)
     edit_seconds = 0.0  # keys, values and insertion only: no covariance, no evaluation
     batch = config.batch_size or len(facts)
     identity = {"model": model_fingerprint(model), "facts": facts_digest(facts), "templates": templates,
@@ -708,7 +715,8 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
                               **{f"delta_w_norm_layer{l}": v for l, v in norms.items()}})
     save_values(ctx.path(VALUES_FILE), {"delta": torch.cat(all_deltas), "h": torch.cat(all_h),
                                          "nll": torch.cat(all_nll), "keys_z": torch.cat(all_keys)}, identity)
-    metrics = evaluate(model, tokenizer, facts, config, device, ctx.progress)
+    metrics = evaluate(model, tokenizer, facts, config, device, ctx.progress, per_record=after)
+    write_per_record(ctx.path("results.jsonl"), before, after)
     metrics["alignment_spearman"] = alignment_spearman(torch.cat(all_keys), torch.cat(all_deltas))
     # the two stages that must both succeed for a strict edit: δ makes the model say o, the weights produce δ
     metrics["value_nll"] = round(float(torch.cat(all_nll).mean()), 4)
