@@ -125,12 +125,73 @@ def first_module(root: nn.Module, paths: tuple[str, ...]) -> nn.Module | None:
     return None
 
 
-def get_layers(model: nn.Module, adapter: ArchAdapter | None = None) -> nn.ModuleList:
+def layers_path(model: nn.Module, adapter: ArchAdapter | None = None) -> str:
+    """The path of the block list that exists in this model (Gemma3ForConditionalGeneration keeps it under
+    model.language_model, the text model under model): the one place that resolves `adapter.layers`."""
     adapter = adapter or adapter_for(model)
-    layers = first_module(model, adapter.layers)
-    if layers is None:
-        raise BadInputError(f"model has none of the block lists {adapter.layers}")
-    return layers
+    for path in adapter.layers:
+        try:
+            get_module(model, path)
+        except AttributeError:
+            continue
+        return path
+    raise BadInputError(f"model has none of the block lists {adapter.layers}")
+
+
+def get_layers(model: nn.Module, adapter: ArchAdapter | None = None) -> nn.ModuleList:
+    return get_module(model, layers_path(model, adapter))
+
+
+class ModelView:
+    """An adapter bound to one model: the resolved block list and full paths of every block linear, and linear
+    weights read/written as (out, in) whatever the storage (GPT-2's Conv1D is handled here, nowhere else)."""
+
+    def __init__(self, model: nn.Module, adapter: ArchAdapter | None = None) -> None:
+        self.model = model
+        self.adapter = adapter or adapter_for(model)
+        self.layers_path = layers_path(model, self.adapter)
+        self.conv1d = self.adapter.conv1d
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        return get_module(self.model, self.layers_path)
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def block_path(self, index: int) -> str:
+        return f"{self.layers_path}.{index}"
+
+    def linear_path(self, index: int, linear: str) -> str:
+        return f"{self.layers_path}.{index}.{linear}"
+
+    def block_linear_paths(self) -> list[str]:
+        """Full paths of every block linear, block by block in sequential-group order."""
+        return [self.linear_path(i, p) for i in range(len(self)) for p in self.adapter.block_linears()]
+
+    def module(self, path: str) -> nn.Module:
+        return get_module(self.model, path)
+
+    def weight(self, path: str):
+        return linear_weight(self.module(path), self.conv1d)
+
+    def set_weight(self, path: str, weight) -> None:
+        set_linear_weight(self.module(path), weight, self.conv1d)
+
+    def attention(self, index: int) -> nn.Module:
+        return get_module(self.blocks[index], self.adapter.attn_out.rsplit(".", 1)[0])
+
+    @property
+    def embed_tokens(self) -> nn.Module | None:
+        return first_module(self.model, self.adapter.embed_tokens)
+
+    @property
+    def final_norm(self) -> nn.Module | None:
+        return first_module(self.model, self.adapter.final_norm)
+
+    @property
+    def lm_head(self) -> nn.Module | None:
+        return get_lm_head(self.model, self.adapter)
 
 
 def get_lm_head(model: nn.Module, adapter: ArchAdapter | None = None) -> nn.Module | None:
