@@ -1,0 +1,163 @@
+"""Memory plans from config.json alone (the skeleton is built on the meta device, no weight is read), and a
+measure of the tensor bytes alive to check them against.
+
+The onloaded layer pipeline (toolkit/nn/pipeline.py `run_sequential_onloaded`) holds, at its peak, the parts
+outside the blocks, one block, the calibration inputs of that block and either the Hessian work of one linear
+group (calibration + solve) or the block's outputs (propagation):
+
+    peak = resident + block + inputs + max(hessians, outputs) + workspace
+
+with inputs = outputs = nsamples × seqlen × hidden × bytes, hessians = copies × (largest in_features)² × bytes
+per group (the accumulator, its damped copy and its Cholesky factor: 3), and workspace one window's forward
+through a block (the MLP's intermediate activations and the attention scores). Without onloading, resident is
+the whole model. On an accelerator the inputs and outputs stay in host memory and one window at a time moves.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from pathlib import Path
+
+import torch
+
+from toolkit.core.errors import BadInputError
+
+MB = 2**20
+
+
+def _bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def skeleton(config_or_dir):
+    """The model on the meta device (parameters only; buffers are real and small) from a config or its directory."""
+    import transformers
+    from accelerate import init_empty_weights
+
+    from toolkit.models.source import _quiet_transformers
+
+    _quiet_transformers()
+    if isinstance(config_or_dir, (str, Path)):
+        path = Path(config_or_dir)
+        path = path / "config.json" if path.is_dir() else path
+        if not path.is_file():
+            raise BadInputError(f"no config.json at {path}")
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:
+            raise BadInputError(f"{path} is not valid JSON: {exc}") from None
+        if "model_type" not in data:
+            raise BadInputError(f"{path} has no model_type")
+        config = transformers.AutoConfig.for_model(**data)
+    elif isinstance(config_or_dir, dict):
+        config = transformers.AutoConfig.for_model(**config_or_dir)
+    else:
+        config = config_or_dir
+    with init_empty_weights(include_buffers=False):
+        return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu", onload: bool = True,
+                compute_dtype: torch.dtype = torch.float32, hessian_dtype: torch.dtype = torch.float32,
+                hessian_copies: int = 3, save_dtype: torch.dtype | None = None, runtime_bytes: int = 0) -> dict:
+    """Bytes per part and the planned peak per device (`cpu`, or `host` + the accelerator) for calibrating and
+    compressing layer by layer; `runtime_bytes` (the process before any tensor: interpreter, torch, kernels) is
+    added to the host peak when given (a benchmark measures it)."""
+    from toolkit.models.adapters import adapter_for, get_layers, linear_weight
+
+    model = skeleton(config_or_dir)
+    adapter = adapter_for(model)
+    layers = get_layers(model, adapter)
+    config = model.config
+    width = _bytes(compute_dtype)
+    seen, total, block_ids = set(), 0, {id(p) for p in layers.parameters()}
+    resident = 0
+    for param in model.parameters():  # tied parameters once
+        if id(param) in seen:
+            continue
+        seen.add(id(param))
+        total += param.numel()
+        if id(param) not in block_ids:
+            resident += param.numel()
+    tied = getattr(config, "tie_word_embeddings", False)
+    head = getattr(model, "lm_head", None)
+    if tied and head is not None and head.weight is not first_embedding(model, adapter):
+        resident -= head.weight.numel()  # the skeleton leaves the tie to loading; one tensor after it
+        total -= head.weight.numel()
+    block = max(sum(p.numel() for p in layer.parameters()) for layer in layers)
+    hidden = linear_weight(layers[0].get_submodule(adapter.attn_out), adapter.conv1d).shape[0]
+    largest_in = max(linear_weight(layers[0].get_submodule(group[0]), adapter.conv1d).shape[1]
+                     for group in adapter.sequential_groups())
+    intermediate = linear_weight(layers[0].get_submodule(adapter.mlp_down), adapter.conv1d).shape[1]
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", 1)
+    parts = {
+        "resident_weights": (resident if onload else total) * width,
+        "block_weights": block * width,
+        "activations": nsamples * seqlen * hidden * width,  # the inputs of one block; its outputs as many again
+        "hessians": hessian_copies * largest_in * largest_in * _bytes(hessian_dtype),
+        "workspace": seqlen * (3 * intermediate + 4 * hidden) * width + heads * seqlen * seqlen * width,
+        "output": total * _bytes(save_dtype or compute_dtype),
+    }
+    block_part = parts["block_weights"] if onload else 0
+    accelerator = device not in ("cpu", "meta")
+    if accelerator:
+        window = seqlen * hidden * width
+        device_peak = (parts["resident_weights"] + block_part + 2 * window
+                       + max(parts["hessians"], window) + parts["workspace"])
+        host_peak = 2 * parts["activations"] + parts["block_weights"] + runtime_bytes
+        devices = {"host": host_peak, device: device_peak}
+    else:
+        peak = (parts["resident_weights"] + block_part + parts["activations"]
+                + max(parts["hessians"], parts["activations"]) + parts["workspace"] + runtime_bytes)
+        devices = {"cpu": peak}
+    return {"model_type": config.model_type, "blocks": len(layers), "parameters": total, "hidden": hidden,
+            "largest_in_features": largest_in, "nsamples": nsamples, "seqlen": seqlen, "onload": onload,
+            "bytes": parts, "runtime_bytes": runtime_bytes, "peak_bytes": devices,
+            "mb": {k: round(v / MB, 2) for k, v in parts.items()},
+            "peak_mb": {k: round(v / MB, 2) for k, v in devices.items()}}
+
+
+def first_embedding(model, adapter):
+    from toolkit.models.adapters import first_module
+
+    module = first_module(model, adapter.embed_tokens)
+    return None if module is None else module.weight
+
+
+def live_tensor_bytes() -> int:
+    """Bytes of every CPU/accelerator tensor storage a Python object still references (each storage once; meta
+    tensors hold none). A direct count of what is alive, unlike RSS, which allocator caching blurs."""
+    import warnings
+
+    seen, total = set(), 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # isinstance on some lazy module proxies warns
+        tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+    for obj in tensors:
+        try:
+            if obj.device.type == "meta":
+                continue
+            storage = obj.untyped_storage()
+        except Exception:  # noqa: BLE001 - half-built or exotic tensors: not ours to count
+            continue
+        key = (storage.device.type, storage.data_ptr())
+        if key in seen or storage.data_ptr() == 0:
+            continue
+        seen.add(key)
+        total += storage.nbytes()
+    return total
+
+
+class PeakProbe:
+    """A `probe` for run_sequential_onloaded: the largest live_tensor_bytes() above the baseline at creation."""
+
+    def __init__(self):
+        self.baseline = live_tensor_bytes()
+        self.peak = 0
+        self.where = ""
+
+    def __call__(self, label: str) -> None:
+        now = live_tensor_bytes() - self.baseline
+        if now > self.peak:
+            self.peak, self.where = now, label
