@@ -144,7 +144,8 @@ def load_llm_for(spec: str, ctx, batch_size: int):
 
 
 def run_index(config: IndexConfig, ctx) -> dict:
-    from toolkit.rag.retrieval import build_index, load_corpus, save_index
+    from toolkit.rag.qa import load_corpus
+    from toolkit.rag.retrieval import build_index, save_index
 
     passages = load_corpus(config.corpus)
     retriever = build_index(passages, config.retriever)

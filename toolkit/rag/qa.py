@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.core.errors import BadInputError, require
-from toolkit.rag.retrieval import Passage
+from toolkit.rag.retrieval import Passage, passage_from_row
 
 
 @dataclass
@@ -69,3 +69,23 @@ def load_qa(path: str | Path, limit: int | None = None) -> list[QAItem]:
         except (KeyError, TypeError, ValueError) as exc:
             raise BadInputError(f"{path}:{line}: malformed QA record ({type(exc).__name__}: {exc})") from None
     return items[:limit] if limit else items
+
+
+def load_corpus(path: str | Path) -> list[Passage]:
+    """A passage JSONL, or a QA file whose questions carry their own paragraphs (HotpotQA/IRCoT `contexts`,
+    raw HotpotQA `context`): those paragraphs are pooled, deduplicated by title + text."""
+    from toolkit.data.text import read_jsonl
+
+    rows = read_jsonl(path)
+    require(rows, f"{path}: the corpus is empty")
+    if any(key in rows[0] for key in ("contexts", "context")):
+        pooled: dict[tuple[str, str], Passage] = {}
+        for line, row in enumerate(rows, 1):
+            for passage in item_from_row(row, line).contexts:
+                pooled.setdefault((passage.title, passage.text), passage)
+        passages = list(pooled.values())
+    else:
+        passages = [passage_from_row(row, line) for line, row in enumerate(rows, 1)]
+    require(passages, f"{path}: no passages found")
+    require(all(p.text.strip() for p in passages), f"{path}: a passage has empty text")
+    return passages

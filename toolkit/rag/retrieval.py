@@ -34,28 +34,6 @@ def passage_from_row(row: dict, line: int) -> Passage:
     raise BadInputError(f"corpus line {line}: needs 'text' (id, title, text) or 'contents' (FlashRAG)")
 
 
-def load_corpus(path: str | Path) -> list[Passage]:
-    """A passage JSONL, or a QA file whose questions carry their own paragraphs (HotpotQA/IRCoT `contexts`,
-    raw HotpotQA `context`): those paragraphs are pooled, deduplicated by title + text."""
-    from toolkit.data.text import read_jsonl
-
-    rows = read_jsonl(path)
-    require(rows, f"{path}: the corpus is empty")
-    if any(key in rows[0] for key in ("contexts", "context")):
-        from toolkit.rag.qa import item_from_row
-
-        pooled: dict[tuple[str, str], Passage] = {}
-        for line, row in enumerate(rows, 1):
-            for passage in item_from_row(row, line).contexts:
-                pooled.setdefault((passage.title, passage.text), passage)
-        passages = list(pooled.values())
-    else:
-        passages = [passage_from_row(row, line) for line, row in enumerate(rows, 1)]
-    require(passages, f"{path}: no passages found")
-    require(all(p.text.strip() for p in passages), f"{path}: a passage has empty text")
-    return passages
-
-
 class BM25Retriever:
     kind = "bm25"
 
