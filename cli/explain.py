@@ -55,7 +55,7 @@ def fame(
             flags={"model": model, "data": data, "epsilon": epsilon, "n_samples": n_samples, "knapsack": knapsack,
                    "refine": refine, "verify": verify, "attack": attack},
             common=Common.of(locals()),
-            run=run, inputs={"model": model if not model.startswith("zoo:") else None, "data": data},
+            run=run, inputs={"model": model, "data": data},
             plan=_formal_plan)
 
 
@@ -80,7 +80,7 @@ def verix(
             flags={"model": model, "data": data, "epsilon": epsilon, "n_samples": n_samples, "order": order,
                    "oracle": oracle, "verify": verify, "attack": attack},
             common=Common.of(locals()),
-            run=run, inputs={"model": model if not model.startswith("zoo:") else None, "data": data},
+            run=run, inputs={"model": model, "data": data},
             plan=_formal_plan)
 
 
@@ -101,7 +101,8 @@ def cave(
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False,
 ) -> None:
-    from toolkit.explain.cave import CaveConfig, run
+    from toolkit.explain.cave import CaveConfig
+    from toolkit.explain.cave_run import run
 
     execute(technique="explain.cave", config_cls=CaveConfig,
             flags={"data": data, "epochs": epochs, "concepts_per_class": concepts, "classifier": classifier,
