@@ -1,7 +1,8 @@
-"""`iclrkit merge latent train|run | average | task-arithmetic | ties | padded | zoo | lm-zoo`: model merging."""
+"""`iclrkit merge latent train|run | average | task-arithmetic | ties | mergekit | padded | zoo | lm-zoo`: model merging."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -14,7 +15,8 @@ latent_app = typer.Typer(no_args_is_help=True, help="LS-Merge: train a weight VA
 app.add_typer(latent_app, name="latent")
 
 ModelsOpt = Annotated[Optional[list[str]], typer.Option(
-    "--models", "-m", help="Models: comma separated and/or repeated; a folder of model dirs expands.")]
+    "--model", "--models", "-m", help="Models: --model repeated and/or comma separated (--models is the same); "
+                                      "a folder of model dirs expands.")]
 WeightsOpt = Annotated[Optional[str], typer.Option("--weights", help="Merge weight per model, comma separated.")]
 TargetOpt = Annotated[Optional[str], typer.Option("--target", help="Model whose layout (sizes) the result takes.")]
 BaseOpt = Annotated[Optional[str], typer.Option("--base", help="The common pre-trained model (task vectors).")]
@@ -40,8 +42,54 @@ def _inputs(models, *more) -> dict:
 
 
 def _run(technique, config_cls, run, flags, common, models, *more):
+    if _is_mergekit(common.config):
+        _mergekit(common.config, common, technique)
+        return
     execute(technique=technique, config_cls=config_cls, flags=flags, common=common, run=run,
             inputs=_inputs(models, *more))
+
+
+def _is_mergekit(path) -> bool:
+    """A --config with mergekit's `merge_method` key is run through the mergekit translation."""
+    if path is None:
+        return False
+    from toolkit.core.config import load_yaml
+    from toolkit.core.errors import IclrkitError
+
+    try:
+        return "merge_method" in load_yaml(path)
+    except IclrkitError:
+        return False  # resolve_config reports it
+
+
+def _mergekit(path, common: Common, technique: str | None = None) -> None:
+    """Translate a mergekit YAML (bad ones: one line, exit 2, before anything is written) and run it."""
+    import shlex
+    import sys
+    from dataclasses import replace
+
+    from cli._runner import fail
+    from toolkit.core.errors import BadInputError, IclrkitError
+    from toolkit.merge import mergekit as mk
+
+    try:
+        data, text = mk.read(path)
+        translation = mk.translate(data, text, source=str(path))
+        method = translation.config.merge_method
+        if technique is not None and mk.TECHNIQUE[method] != technique:
+            raise BadInputError(f"{path} is a mergekit {method} config, but this is `iclrkit {technique.replace('.', ' ')}`",
+                                f"run `iclrkit merge mergekit {path}`")
+        if common.set:
+            raise BadInputError("--set does not apply to a mergekit config", "edit the YAML")
+    except IclrkitError as exc:
+        fail(exc)
+    command = "iclrkit " + shlex.join(sys.argv[1:])
+    config = translation.config
+    execute(technique=f"merge.mergekit.{method}", config_cls=mk.MergekitConfig, flags=config.model_dump(),
+            common=replace(common, config=None, extra_inputs={**common.extra_inputs, "mergekit_config": str(path)}),
+            run=lambda cfg, ctx: mk.run_mergekit(cfg, ctx, translation, command),
+            plan=lambda cfg, ctx: {"equivalent_command": translation.equivalent, "notes": translation.notes},
+            inputs=_inputs(config.models, config.base))
 
 
 def _or_fail(parse, text):
@@ -129,6 +177,18 @@ def ties(models: ModelsOpt = None, base: BaseOpt = None, scaling: ScalingOpt = N
 
     _run("merge.ties", TiesConfig, run_ties, {"models": models, "base": base, "scaling": scaling, "density": density},
          Common.of(locals()), models, base)
+
+
+@app.command("mergekit", help="Run a mergekit YAML (linear | task_arithmetic | ties; per-model weight and density, "
+                              "base_model, dtype, normalize, lambda) as the equivalent iclrkit merge; the model dir "
+                              "gets mergekit_config.yml and a card with the command.",
+             epilog="Examples: iclrkit merge mergekit ties.yml -o merged | iclrkit merge mergekit linear.yml --dry-run "
+                    "| iclrkit merge ties --config ties.yml -o merged (a mergekit --config works on the matching "
+                    "command too)")
+def mergekit(config_file: Annotated[Path, typer.Argument(metavar="CONFIG.yml", help="mergekit YAML.")],
+             out: OutOpt = None, seed: SeedOpt = None, device: DeviceOpt = None, dry_run: DryRunOpt = False,
+             json_: JsonOpt = False, overwrite: OverwriteOpt = False) -> None:
+    _mergekit(config_file, Common.of(locals()))
 
 
 @app.command("padded", help="Different widths/depths: shallower models deepened with identity layers, then "
