@@ -167,3 +167,28 @@ def test_bad_shards_exit_2_and_write_nothing(tmp_path):
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "missing" in result.stderr
     assert not out.exists()
+
+
+def test_shard_writer_streams_in_the_planned_layout(tmp_path):
+    from safetensors.torch import load_file
+
+    from toolkit.core.errors import RunError
+    from toolkit.models.lazy import ShardWriter
+
+    tensors = {"a": torch.randn(3, 5), "b": torch.arange(7), "c": torch.randn(4).bfloat16(), "d": torch.tensor(True)}
+    layout = [(k, v.dtype, tuple(v.shape)) for k, v in tensors.items()]
+    writer = ShardWriter(tmp_path / "out", layout, max_shard_bytes=64)
+    for name, value in tensors.items():
+        writer.add({name: value})
+    index = writer.close()
+    assert len(set(index["weight_map"].values())) == 3  # 60 | 56+8 | 1 bytes
+    read = {}
+    for shard in sorted((tmp_path / "out").glob("model-*.safetensors")):
+        read.update(load_file(str(shard)))
+    assert set(read) == set(tensors) and all(torch.equal(read[k], tensors[k]) for k in tensors)
+    bad = ShardWriter(tmp_path / "bad", layout)
+    with pytest.raises(RunError, match="expected 'a'"):
+        bad.add({"b": tensors["b"]})
+    bad.add({"a": tensors["a"]})
+    bad.abort()
+    assert not any((tmp_path / "bad").iterdir())

@@ -102,10 +102,17 @@ class SafetensorsIndex:
         return list(self.shard_of)
 
     def nbytes(self, name: str) -> int:
-        count = 1
-        for dim in self.shape_of[name]:
-            count *= dim
-        return count * torch.empty((), dtype=self.dtype_of[name]).element_size()
+        return _numel(self.shape_of[name]) * _bytes_of(self.dtype_of[name])
+
+    def get_rows(self, name: str, start: int, stop: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Rows start:stop of a tensor (its first dimension), read without the rest."""
+        from safetensors import safe_open
+
+        with safe_open(str(self.directory / self.shard_of[name]), framework="pt") as handle:
+            tensor = handle.get_slice(name)[start:stop]
+        if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:
+            tensor = tensor.to(dtype)
+        return tensor
 
     def get(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
         """One tensor, read from its shard (a fresh CPU tensor), optionally cast to `dtype`."""
@@ -197,6 +204,17 @@ class LazyModel:
     def non_block_state(self) -> dict[str, torch.Tensor]:
         return {n: _get_tensor(self.model, n).detach() for n in self.non_block_names()}
 
+    def output_layout(self, save_dtype: torch.dtype | None = None) -> list[tuple[str, torch.dtype, tuple]]:
+        """(name, dtype, shape) of every tensor the onloaded pipeline writes, in its order: blocks, then the rest."""
+        names = [self.block_prefix(i) + n for i in range(len(self.layers)) for n in self.block_names(i)]
+        names += self.non_block_names()
+        layout = []
+        for name in names:
+            stored = self.index.dtype_of[name]
+            layout.append((name, (save_dtype or self.dtype) if stored.is_floating_point else stored,
+                           self.index.shape_of[name]))
+        return layout
+
     def _tensor_names(self, root: nn.Module) -> list[str]:
         names = [n for n, _ in root.named_parameters(remove_duplicate=False)]
         names += [n for n, _ in _persistent_buffers(root)]
@@ -258,47 +276,127 @@ def _alias_parameter(root: nn.Module, alias: str, source: str) -> None:
     owner._parameters[leaf] = _get_tensor(root, source)
 
 
-class ShardWriter:
-    """Write tensors into `model-0000k-of-0000N.safetensors` shards as they come, plus the index; nothing is kept
-    in memory beyond the shard being filled."""
+_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 
-    def __init__(self, directory, max_shard_bytes: int = 2 * 10**9):
+
+class ShardWriter:
+    """Write tensors straight into `model-0000k-of-0000N.safetensors` shards as they come: the layout (names,
+    dtypes, shapes, in writing order) is known up front, so each shard's header is written first and every tensor
+    is appended the moment it is given; nothing is held back. `close()` names the shards and writes the index."""
+
+    def __init__(self, directory, layout: list[tuple[str, torch.dtype, tuple[int, ...]]],
+                 max_shard_bytes: int = 2 * 10**9):
         self.directory = Path(directory)
+        self.layout = [(name, dtype, tuple(shape)) for name, dtype, shape in layout]
+        self.shards: list[list[int]] = [[]]
+        size = 0
+        for position, (_, dtype, shape) in enumerate(self.layout):
+            nbytes = _numel(shape) * _bytes_of(dtype)
+            if self.shards[-1] and size + nbytes > max_shard_bytes:
+                self.shards.append([])
+                size = 0
+            self.shards[-1].append(position)
+            size += nbytes
+        self.total_bytes = sum(_numel(s) * _bytes_of(d) for _, d, s in self.layout)
+        self.next = 0
+        self.shard = -1
+        self.handle = None
+
+    def _temporary(self, number: int) -> Path:
+        return self.directory / f".shard-{number:05d}.tmp"
+
+    def _open_next_shard(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        self.shard += 1
+        header, offset = {"__metadata__": {"format": "pt"}}, 0
+        for position in self.shards[self.shard]:
+            name, dtype, shape = self.layout[position]
+            nbytes = _numel(shape) * _bytes_of(dtype)
+            header[name] = {"dtype": _NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.max_shard_bytes = max_shard_bytes
-        self.pending: dict[str, torch.Tensor] = {}
-        self.pending_bytes = 0
-        self.shards: list[list[str]] = []
-        self.total_bytes = 0
+        self.handle = open(self._temporary(self.shard), "wb")
+        self.handle.write(struct.pack("<Q", len(raw)))
+        self.handle.write(raw)
 
     def add(self, tensors: dict[str, torch.Tensor]) -> None:
+        from toolkit.core.errors import RunError
+
         for name, tensor in tensors.items():
-            size = tensor.numel() * tensor.element_size()
-            if self.pending and self.pending_bytes + size > self.max_shard_bytes:
-                self._flush()
-            self.pending[name] = tensor.detach().to("cpu").contiguous().clone()
-            self.pending_bytes += size
-            self.total_bytes += size
+            if self.next >= len(self.layout):
+                raise RunError(f"writer got '{name}' after the last planned tensor")
+            want, dtype, shape = self.layout[self.next]
+            if name != want or tensor.dtype != dtype or tuple(tensor.shape) != shape:
+                raise RunError(f"writer expected '{want}' {dtype} {shape}, got '{name}' {tensor.dtype} "
+                               f"{tuple(tensor.shape)}")
+            if self.shard < 0 or self.next not in self.shards[self.shard]:
+                self._open_next_shard()
+            flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+            self.handle.write(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+            self.next += 1
 
-    def _flush(self) -> None:
-        from safetensors.torch import save_file
-
-        if not self.pending:
-            return
-        save_file(self.pending, str(self.directory / f".shard-{len(self.shards):05d}.tmp"), metadata={"format": "pt"})
-        self.shards.append(list(self.pending))
-        self.pending, self.pending_bytes = {}, 0
+    def abort(self) -> None:
+        """Remove what was written (a failed run leaves no half model)."""
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+        for number in range(len(self.shards)):
+            self._temporary(number).unlink(missing_ok=True)
 
     def close(self) -> dict:
         """Name the shards, write the index (or a single `model.safetensors`); returns the index."""
-        self._flush()
+        from toolkit.core.errors import RunError
+
+        if self.next != len(self.layout):
+            self.abort()
+            raise RunError(f"writer got {self.next} of {len(self.layout)} planned tensors")
+        if not self.layout:
+            raise RunError("nothing to write")
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
         total = len(self.shards)
         weight_map = {}
-        for number, names in enumerate(self.shards):
+        for number, positions in enumerate(self.shards):
             final = SINGLE if total == 1 else f"model-{number + 1:05d}-of-{total:05d}.safetensors"
-            (self.directory / f".shard-{number:05d}.tmp").replace(self.directory / final)
-            weight_map.update({name: final for name in names})
+            self._temporary(number).replace(self.directory / final)
+            weight_map.update({self.layout[p][0]: final for p in positions})
         index = {"metadata": {"total_size": self.total_bytes}, "weight_map": weight_map}
         if total > 1:
             (self.directory / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
         return index
+
+
+def _numel(shape) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def _bytes_of(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+MODEL_FILES_SKIPPED = (INDEX, SINGLE, "README.md")
+
+
+def copy_model_files(source, target, config_extra: dict | None = None) -> None:
+    """Copy config, generation config and tokenizer files (everything but the weights and the card) from a model
+    directory; `config_extra` keys are added to the copied config.json."""
+    import shutil
+
+    source, target = Path(source), Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():
+        if not path.is_file() or path.name in MODEL_FILES_SKIPPED or path.suffix == ".safetensors" \
+                or path.name.startswith("."):
+            continue
+        shutil.copyfile(path, target / path.name)
+    if config_extra:
+        config = json.loads((target / "config.json").read_text())
+        config.update(config_extra)
+        (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))

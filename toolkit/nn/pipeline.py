@@ -255,34 +255,42 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
     from toolkit.models.lazy import ShardWriter
 
     rank, _ = dist_info()
-    writer = ShardWriter(out_dir, max_shard_bytes) if (out_dir is not None and rank == 0) else None
-    lazy.load_non_block()
-    if probe is not None:
-        probe("non-block parts loaded")
-    inputs, args, kwargs = capture_block_inputs(lazy.model, rank_windows(windows), device, lazy.adapter)
-    args, kwargs = _to(args, device), _to(kwargs, device)
+    writer = None
+    if out_dir is not None and rank == 0:
+        writer = ShardWriter(out_dir, lazy.output_layout(save_dtype), max_shard_bytes)
     seconds = []
-    indices = range(len(lazy.layers))
-    for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
-        started = time.perf_counter()
-        block = lazy.load_block(index).to(device)
+    try:
+        lazy.load_non_block()
         if probe is not None:
-            probe(f"block {index} loaded")
-        step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
-                         probe=probe)
-        on_block(step)
-        inputs = step.run()
-        del step
+            probe("non-block parts loaded")
+        inputs, args, kwargs = capture_block_inputs(lazy.model, rank_windows(windows), device, lazy.adapter)
+        args, kwargs = _to(args, device), _to(kwargs, device)
+        indices = range(len(lazy.layers))
+        for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
+            started = time.perf_counter()
+            block = lazy.load_block(index).to(device)
+            if probe is not None:
+                probe(f"block {index} loaded")
+            step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
+                             probe=probe)
+            on_block(step)
+            inputs = step.run()
+            del step
+            if writer is not None:
+                writer.add(_cast(lazy.block_state(index), save_dtype))
+            lazy.free_block(index)
+            seconds.append(time.perf_counter() - started)
+        del inputs
+        if on_done is not None:
+            on_done(lazy)
         if writer is not None:
-            writer.add(_cast(lazy.block_state(index), save_dtype))
-        lazy.free_block(index)
-        seconds.append(time.perf_counter() - started)
-    del inputs
-    if on_done is not None:
-        on_done(lazy)
+            writer.add(_cast(lazy.non_block_state(), save_dtype))
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
     summary = {"blocks": len(lazy.layers), "seconds_per_block": seconds}
     if writer is not None:
-        writer.add(_cast(lazy.non_block_state(), save_dtype))
         summary["index"] = writer.close()
         summary["bytes_written"] = writer.total_bytes
     return summary
