@@ -8,17 +8,10 @@ import itertools
 import numpy as np
 import pytest
 
-from toolkit.cluster.khc import (
-    FORMULATIONS,
-    build_model,
-    check_instance,
-    data_big_m,
-    model_size,
-    planted_instance,
-    solve,
-    spread_order,
-)
+from toolkit.cluster.khc import solve
+from toolkit.cluster.khc_data import check_instance, planted_instance
 from toolkit.cluster.khc_heuristic import canonical_labels, fit_assignment, k_planes
+from toolkit.cluster.khc_model import FORMULATIONS, build_model, data_big_m, model_size, spread_order
 from toolkit.core.errors import BadInputError
 
 
