@@ -39,7 +39,9 @@ def test_sigma_zero_has_no_epistemic(cli, tiny_gpt2_dir, gsm_file, tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [("", "no records"), ("{oops\n", ":1: malformed"),
-                                               ('{"question": "q", "answer": "none"}\n', "no final answer")])
+                                               ('{"question": "q", "answer": "a worked\\nsolution"}\n',
+                                                "no final answer"),
+                                               ('{"prompt": "q", "answer": "1"}\n', "needs a question")])
 def test_bad_data(cli, tiny_gpt2_dir, tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_text(content)
@@ -61,3 +63,18 @@ def test_anchor_file_keeps_every_record_for_evaluation(cli, tiny_gpt2_dir, gsm_f
     assert json.loads(r.stdout)["metrics"]["n_responses"] == 3
     r = cli(["uq", "tokur", "-m", tiny_gpt2_dir, "-d", gsm_file, "--set", "anchor_size=3", "-o", tmp_path / "p"])
     assert r.exit_code == 2 and "anchor" in r.stderr
+
+
+def test_math_style_records_are_read_and_judged(cli, tiny_gpt2_dir, tmp_path):
+    """MATH / MetaMath records (\\boxed, bare LaTeX answers, "The answer is: …") no longer stop the reader."""
+    path = tmp_path / "math.jsonl"
+    rows = [{"problem": "Simplify p minus q.", "solution": "It is $\\boxed{p - q}$.", "answer": "p - q"},
+            {"problem": "Convert (0, 3) to polar.", "solution": "So \\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}."},
+            {"query": "What is 2 + 2?", "response": "2 + 2 = 4.\nThe answer is: 4"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    r = cli(["uq", "tokur", "-m", tiny_gpt2_dir, "-d", path, "--candidates", "1", "--samples", "2", "--sigma", "0.01",
+             "--max-new-tokens", "3", "-o", out])
+    assert r.exit_code == 0, r.stderr
+    records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines()]
+    assert [rec["reference"] for rec in records] == ["p - q", "\\left( 3, \\frac{\\pi}{2} \\right)", "4"]

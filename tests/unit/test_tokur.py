@@ -126,3 +126,20 @@ def test_selection_rows_by_hand():
     rows = {r["selection"]: r["accuracy"] for r in selection_rows(correct, scores)}
     assert rows["tokur"] == pytest.approx(2 / 3) and rows["random"] == pytest.approx(1 / 3)
     assert rows["first"] == pytest.approx(1 / 3) and rows["oracle"] == pytest.approx(2 / 3)
+
+
+def test_load_problems_reads_gsm8k_math_and_metamath(tmp_path):
+    import json
+
+    from toolkit.uq.run import load_problems
+
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"question": "q1", "answer": "3 + 4 = 7\n#### 7"},
+            {"problem": "q2", "solution": "Hence $\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}$."},
+            {"problem": "q3", "solution": "Long work ... \\boxed{p-q}", "answer": "p - q"},
+            {"query": "q4", "response": "Work.\nThe answer is: \\frac{1}{2}"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items = load_problems(str(path))
+    assert [i["question"] for i in items] == ["q1", "q2", "q3", "q4"]
+    assert [i["final"] for i in items] == ["7", "\\left( 3, \\frac{\\pi}{2} \\right)", "p - q", "\\frac{1}{2}"]
+    assert items[2]["answer"].startswith("Long work")  # the worked solution feeds the σ anchors

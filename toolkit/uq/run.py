@@ -21,7 +21,8 @@ class TokURConfig(BaseConfig):
     projections; σ = "auto" runs the TFB binary search (≤ 1% NLL change, 10 iterations)."""
 
     model: str
-    data: str  # GSM8K-format JSONL: "question" and "answer" ending in "#### <final>"
+    data: str  # JSONL of math problems: GSM8K ("question", "answer" ending in "#### N"), MATH ("problem",
+    # "solution" with \boxed{…}, optional bare "answer"), MetaMath ("query", "response" ending "The answer is: …")
     prompt_template: str = "Question: {question}\nAnswer:"
     limit: Optional[int] = Field(None, ge=1)
     candidates: int = Field(4, ge=1)  # N responses per question for best-of-N
@@ -49,17 +50,34 @@ class TokURConfig(BaseConfig):
         return value
 
 
-def load_gsm8k(path: str, limit: int | None = None) -> list[dict]:
-    from toolkit.data.text import read_jsonl
+QUESTION_FIELDS = ("question", "problem", "query")
+SOLUTION_FIELDS = ("answer", "solution", "response")
 
-    rows = read_jsonl(path, required=("question", "answer"))[:limit]
+
+def load_problems(path: str, limit: int | None = None) -> list[dict]:
+    """Math problems as {question, answer (the worked solution when there is one), final (reference answer)}.
+
+    GSM8K's answer ends in "#### N"; MATH has a solution with \\boxed{…} and, in MATH-500, a bare one-line answer
+    (preferred when present); MetaMath's response ends in "The answer is: …" (toolkit.uq.math_answer)."""
+    from toolkit.data.text import read_jsonl
+    from toolkit.uq.math_answer import reference_final
+
+    rows = read_jsonl(path)[:limit]
     require(rows, f"{path} has no records")
     items = []
     for number, row in enumerate(rows, 1):
-        final = tokur.extract_answer(str(row["answer"]))
+        question = next((row[k] for k in QUESTION_FIELDS if k in row), None)
+        texts = [str(row[k]) for k in SOLUTION_FIELDS if k in row]
+        if question is None or not texts:
+            raise BadInputError(f"{path}: record {number} needs a question ({' | '.join(QUESTION_FIELDS)}) and an "
+                                f"answer ({' | '.join(SOLUTION_FIELDS)})")
+        finals = [reference_final(text) for text in texts]
+        final = next((f for f in finals if f), None)
         if final is None:
-            raise BadInputError(f"{path}: record {number} has no final answer ('#### N' or a number)")
-        items.append({"question": str(row["question"]), "answer": str(row["answer"]), "final": final})
+            raise BadInputError(f"{path}: record {number} has no final answer (\\boxed{{…}}, 'The answer is: …', "
+                                "'#### N' or a one-line answer)")
+        solution = max(texts, key=len)  # the worked solution, for the σ anchors
+        items.append({"question": str(question), "answer": solution, "final": final})
     return items
 
 
@@ -96,8 +114,9 @@ def selection_rows(correct: np.ndarray, scores: np.ndarray) -> list[dict]:
 def run_tokur(config: TokURConfig, ctx) -> dict:
     from toolkit.eval.metrics import auroc
     from toolkit.models.source import load_model
+    from toolkit.uq.math_answer import equivalent, predicted_final
 
-    items = load_gsm8k(config.data, config.limit)
+    items = load_problems(config.data, config.limit)
     require("{question}" in config.prompt_template, "prompt_template must contain {question}")
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     model.eval()
@@ -111,7 +130,7 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
 
     if config.sigma == "auto":
         if config.anchor_data:
-            anchor_items = load_gsm8k(config.anchor_data, config.anchor_size)
+            anchor_items = load_problems(config.anchor_data, config.anchor_size)
         else:
             require(len(items) > config.anchor_size, f"σ search takes the first {config.anchor_size} records as "
                     "anchors and none would be left to evaluate: pass anchor_data or lower anchor_size")
@@ -136,11 +155,13 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
                                                 seed=ctx.seed * 7919 + qi * 97 + ci)
                 summary = {name: tokur.aggregate(values, config.aggregate) for name, values in parts.items()}
                 text = tokenizer.decode(response, skip_special_tokens=True)
-                ok = tokur.extract_answer(text) == item["final"]
+                final = predicted_final(text)
+                ok = equivalent(final, item["final"])
                 row_correct.append(ok)
                 for name, value in summary.items():
                     row_scores[name].append(value)
-                record = {"question": qi, "candidate": ci, "response": text, "correct": ok, **summary}
+                record = {"question": qi, "candidate": ci, "response": text, "final": final, "reference": item["final"],
+                          "correct": ok, **summary}
                 records.append(record)
                 log.write(json.dumps(record) + "\n")
             correct.append(row_correct)
