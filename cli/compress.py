@@ -1,4 +1,5 @@
-"""`iclrkit compress obr|rtn|gptq|sparsegpt|wanda`: joint quantization + sparsification on one shared recipe."""
+"""`iclrkit compress obr|rtn|gptq|sparsegpt|sparsegpt-gptq|wanda`: joint quantization + sparsification on one shared
+recipe."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ SparsityOpt = Annotated[float | None, typer.Option("--sparsity", help="Unstructu
 NmOpt = Annotated[str | None, typer.Option("--nm", help="N:M structured sparsity, e.g. 2:4 or 4:8.")]
 NsamplesOpt = Annotated[int | None, typer.Option("--nsamples", help="Calibration windows.")]
 SeqlenOpt = Annotated[int | None, typer.Option("--seqlen", help="Tokens per calibration window.")]
+GroupSizeOpt = Annotated[int | None, typer.Option("--group-size", help="Input columns per weight scale "
+                                                 "(e.g. 32, 64, 128); omit for one scale per output channel.")]
+ActorderOpt = Annotated[str | None, typer.Option("--actorder", help="GPTQ column order: static (default: "
+                                                 "decreasing Hessian diagonal) | weight (= static) | group (groups "
+                                                 "follow the order; needs --group-size) | none.")]
 RotateOpt = Annotated[bool | None, typer.Option("--rotate/--no-rotate",
                                                    help="QuaRot rotation (default: on for RMSNorm models).")]
 EXAMPLES = ("Examples: iclrkit compress {cmd} --model zoo:llama-small --data valid.txt --eval-data test.txt "
@@ -53,6 +59,7 @@ def _execute(technique: str, config_cls, flags: dict, common: Common) -> None:
              epilog=EXAMPLES.format(cmd="obr"))
 def obr(model: ModelOpt, data: DataOpt = None, eval_data: EvalDataOpt = None, w_bits: WBitsOpt = None,
         a_bits: ABitsOpt = None, kv_bits: KvBitsOpt = None, sparsity: SparsityOpt = None, nm: NmOpt = None,
+        group_size: GroupSizeOpt = None,
         alpha: Annotated[float | None, typer.Option(help="Share of columns whose quantization error is "
                                                             "compensated in closed form, [0, 1].")] = None,
         mode: Annotated[str | None, typer.Option(help="gptq (OBR_GPTQ) | rtn (OBR_RTN).")] = None,
@@ -64,7 +71,7 @@ def obr(model: ModelOpt, data: DataOpt = None, eval_data: EvalDataOpt = None, w_
 
     flags = {"model": model, "data": data, "eval_data": eval_data, "w_bits": w_bits, "a_bits": a_bits,
              "kv_bits": kv_bits, "sparsity": sparsity, "nm": nm, "alpha": alpha, "mode": mode, "nsamples": nsamples,
-             "seqlen": seqlen, "rotate": rotate}
+             "seqlen": seqlen, "rotate": rotate, "group_size": group_size}
     _execute("compress.obr", ObrConfig, flags, Common.of(locals()))
 
 
@@ -72,25 +79,50 @@ def _baseline(name: str, help_text: str, config_name: str):
     @app.command(name, help=help_text, epilog=EXAMPLES.format(cmd=name))
     def command(model: ModelOpt, data: DataOpt = None, eval_data: EvalDataOpt = None, w_bits: WBitsOpt = None,
                 a_bits: ABitsOpt = None, kv_bits: KvBitsOpt = None, sparsity: SparsityOpt = None, nm: NmOpt = None,
-                nsamples: NsamplesOpt = None, seqlen: SeqlenOpt = None, rotate: RotateOpt = None,
-                out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
-                device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False,
+                group_size: GroupSizeOpt = None, nsamples: NsamplesOpt = None, seqlen: SeqlenOpt = None,
+                rotate: RotateOpt = None, out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None,
+                seed: SeedOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False,
                 json_: JsonOpt = False, overwrite: OverwriteOpt = False, resume: ResumeOpt = False) -> None:
         from toolkit.compress import baselines
 
         flags = {"model": model, "data": data, "eval_data": eval_data, "w_bits": w_bits, "a_bits": a_bits,
                  "kv_bits": kv_bits, "sparsity": sparsity, "nm": nm, "nsamples": nsamples, "seqlen": seqlen,
-                 "rotate": rotate}
+                 "rotate": rotate, "group_size": group_size}
         _execute(f"compress.{name}", getattr(baselines, config_name), flags,
                  Common.of(locals()))
 
     return command
 
 
+def _ordered_baseline(name: str, help_text: str, config_name: str):
+    """A baseline whose GPTQ stage takes --actorder (gptq, sparsegpt-gptq)."""
+    @app.command(name, help=help_text, epilog=EXAMPLES.format(cmd=name))
+    def command(model: ModelOpt, data: DataOpt = None, eval_data: EvalDataOpt = None, w_bits: WBitsOpt = None,
+                a_bits: ABitsOpt = None, kv_bits: KvBitsOpt = None, sparsity: SparsityOpt = None, nm: NmOpt = None,
+                group_size: GroupSizeOpt = None, actorder: ActorderOpt = None, nsamples: NsamplesOpt = None,
+                seqlen: SeqlenOpt = None, rotate: RotateOpt = None, out: OutOpt = None, config: ConfigOpt = None,
+                set_: SetOpt = None, seed: SeedOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
+                dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False,
+                resume: ResumeOpt = False) -> None:
+        from toolkit.compress import baselines
+
+        flags = {"model": model, "data": data, "eval_data": eval_data, "w_bits": w_bits, "a_bits": a_bits,
+                 "kv_bits": kv_bits, "sparsity": sparsity, "nm": nm, "nsamples": nsamples, "seqlen": seqlen,
+                 "rotate": rotate, "group_size": group_size, "actorder": actorder}
+        _execute(f"compress.{name}", getattr(baselines, config_name), flags, Common.of(locals()))
+
+    return command
+
+
 _baseline("rtn", "Round-to-nearest weights (per channel, symmetric, MSE clip); --sparsity adds a magnitude mask.",
           "RtnConfig")
-_baseline("gptq", "GPTQ weight quantization on the same pipeline; --sparsity adds a fixed mask.", "GptqConfig")
-_baseline("sparsegpt", "SparseGPT pruning with joint GPTQ quantization (50% by default).", "SparsegptConfig")
+_ordered_baseline("gptq", "GPTQ weight quantization on the same pipeline (activation ordering on); --sparsity "
+                  "adds a fixed mask.", "GptqConfig")
+_baseline("sparsegpt", "SparseGPT pruning with joint GPTQ quantization, one pass (50% by default).",
+          "SparsegptConfig")
+_ordered_baseline("sparsegpt-gptq", "Two-stage baseline: SparseGPT pruning (50% by default), scales refit on the "
+                  "sparse weights, then GPTQ keeping the mask (llm-compressor's SparseGPT -> GPTQ).",
+                  "SparsegptGptqConfig")
 _baseline("wanda", "Wanda pruning (|W|·‖x‖) followed by RTN (50% by default).", "WandaConfig")
 
 app.command("bench", help=BENCH_HELP, epilog=BENCH_EPILOG)(bench)

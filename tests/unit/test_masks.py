@@ -78,9 +78,23 @@ def test_activation_and_kv_fake_quant_levels():
     step = x.abs().amax(dim=-1, keepdim=True) / 7
     assert torch.allclose(q / step, (q / step).round(), atol=1e-4)
     assert (q - x).abs().max() <= step.max() / 2 + 1e-6
-    kv = fake_quant_asym(x, 4)
-    assert kv.unique(dim=-1).shape[-1] <= 16
     assert torch.equal(fake_quant_per_token(x, 16), x)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4])
+def test_kv_fake_quant_is_a_min_max_grid_per_vector(bits):
+    x = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(6))  # 64 values per vector, ≤ 2^b levels
+    kv = fake_quant_asym(x, bits)
+    levels = 2 ** bits - 1
+    low, high = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)
+    step = (high - low) / levels
+    for vector in kv.reshape(-1, 64):
+        assert 2 <= vector.unique().numel() <= 2 ** bits
+    codes = kv / step + torch.round(-low / step)  # (code − zero)·step with an integer zero point
+    assert ((codes - codes.round()).abs() < 1e-3).all()
+    assert codes.round().min() >= 0 and codes.round().max() <= levels
+    assert ((kv - x).abs() <= step + 1e-6).all()  # within a step (the zero point's rounding shifts the grid)
+    assert (kv - x).abs().mean() < step.mean() * 0.5
 
 
 @pytest.mark.parametrize("spec", ["4:4", "3:2", "x:4", "2-4", "0:4"])

@@ -49,7 +49,8 @@ def group_split(columns: int, alpha: float) -> int:
 def obr_restore(W: torch.Tensor, H: torch.Tensor, keep: torch.Tensor, scale: torch.Tensor | None, bits: int,
                 alpha: float, solver: str = "cholesky") -> torch.Tensor:
     """W_pre = W ⊙ M + Δ: pruning compensation on R, then quantization-error compensation from E2 to R2.
-    H must already be damped; `scale` is the per-row quantizer scale fitted on the dense W (None: no quantization)."""
+    H must already be damped; `scale` is the quantizer scale fitted on the dense W, per row [rows] or per entry
+    [rows, C] for grouped grids (our extension: the official OBR is per channel); None: no quantization."""
     W = W.to(H.dtype)
     restored = (W + restricted_solve(H, keep, ~keep, W, method=solver)) * keep
     if scale is None or bits >= 16:
@@ -75,5 +76,6 @@ def obr_quantize(W: torch.Tensor, hessian: DampedHessian, keep: torch.Tensor, sc
         return quantize_rows(restored, scale, bits) * keep
     t = group_split(W.shape[1], alpha)
     out = gptq(restored, hessian, scale, bits, start=t, mask=keep, blocksize=blocksize)
-    out[:, :t] = quantize_rows(restored[:, :t], scale, bits) * keep[:, :t]
+    head_scale = scale[:, :t] if scale.dim() == 2 else scale  # per-entry (grouped) scales travel with columns
+    out[:, :t] = quantize_rows(restored[:, :t], head_scale, bits) * keep[:, :t]
     return out

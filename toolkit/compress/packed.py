@@ -4,7 +4,8 @@ in one safetensors file whose header carries `quantization_config`; everything e
 
 Layout per quantized linear P (weights as out × in, row-major):
   P.qweight  uint8  codes + 2^{b−1} of the stored entries, two per byte for b ≤ 4 (one per byte otherwise)
-  P.scales   float32 one per output row
+  P.scales   float32 one per output row, or [out, ⌈in/g⌉] with grouped scales (`group_size` g in the config)
+  P.g_idx    int32 [in], only for activation-ordered groups (GPTQ actorder=group): the group of each input column
   P.mask     uint8  np.packbits of the non-zero bitmask; present only when it saves space (> 25% zeros), and then
                     P.qweight holds only the entries the mask marks
 Zeros need no code: a symmetric grid maps a pruned weight to code 0, so the bitmask is exactly "code ≠ 0".
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from toolkit.compress.quant import codes_of, fit_weight_scale, max_code
+from toolkit.compress.quant import WeightGrid, codes_of, fit_weight_scale, max_code
 from toolkit.core.errors import BadInputError
 from toolkit.models.adapters import (
     ArchAdapter,
@@ -106,12 +107,31 @@ def unpack_codes(packed: np.ndarray, count: int, bits: int) -> np.ndarray:
     return unsigned.astype(np.int16) - (max_code(bits) + 1)
 
 
-def pack_linear(weight: torch.Tensor, scale: torch.Tensor, bits: int) -> dict[str, np.ndarray]:
-    codes = codes_of(weight.float(), scale.float(), bits)
-    if not torch.equal(codes * scale.float().reshape(-1, 1), weight.float()):
+def _entry_scales(scale: torch.Tensor, columns: int, group_size: int | None,
+                  g_idx: torch.Tensor | None) -> torch.Tensor:
+    """[out, 1] for per-row scales, the scale of every entry [out, columns] for grouped ones."""
+    scale = scale.float()
+    if group_size is None:
+        if scale.dim() == 2 and scale.shape[1] != 1:
+            raise BadInputError("grouped scales without a group_size: cannot expand them")
+        return scale.reshape(-1, 1)
+    if scale.dim() != 2:
+        raise BadInputError(f"grouped scales must be [out, groups], got shape {tuple(scale.shape)}")
+    return WeightGrid(scale, group_size, None if g_idx is None else torch.as_tensor(g_idx).long()).per_column(columns)
+
+
+def pack_linear(weight: torch.Tensor, scale: torch.Tensor, bits: int, group_size: int | None = None,
+                g_idx: torch.Tensor | None = None) -> dict[str, np.ndarray]:
+    """Codes + scales (+ bitmask, + g_idx) of one quantized linear. The weight must be its grid's value: in float32
+    exactly codes × scale; in a narrower dtype (bfloat16/float16 models) codes × scale rounded to that dtype."""
+    entry = _entry_scales(scale, weight.shape[1], group_size, g_idx)
+    codes = codes_of(weight.float(), entry, bits)
+    if not torch.equal((codes * entry).to(weight.dtype), weight):
         raise BadInputError("weight is not on its quantization grid; cannot pack it losslessly")
     flat = codes.to(torch.int16).numpy().reshape(-1)
     tensors = {"scales": scale.float().numpy()}
+    if g_idx is not None:
+        tensors["g_idx"] = torch.as_tensor(g_idx).to(torch.int32).numpy()
     nonzero = flat != 0
     if 1 - nonzero.mean() > 0.25:
         tensors["mask"] = np.packbits(nonzero)
@@ -133,26 +153,33 @@ def unpack_linear_codes(tensors: dict[str, np.ndarray], shape: tuple[int, int], 
     return codes.reshape(rows, columns)
 
 
-def unpack_linear(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: int) -> torch.Tensor:
-    scale = torch.from_numpy(tensors["scales"].copy()).reshape(-1, 1)
+def unpack_linear(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: int,
+                  group_size: int | None = None) -> torch.Tensor:
+    g_idx = torch.from_numpy(tensors["g_idx"].astype(np.int64)) if "g_idx" in tensors else None
+    scale = _entry_scales(torch.from_numpy(tensors["scales"].copy()), shape[1], group_size, g_idx)
     return torch.from_numpy(unpack_linear_codes(tensors, shape, bits).astype(np.float32)) * scale
 
 
 def save_packed(model, tokenizer, out: Path, adapter: ArchAdapter, scales: dict[str, torch.Tensor], bits: int,
                 metadata: dict, embed_bits: int = 16, embed_group: int = 64,
-                vocab_grids: dict[str, tuple] | None = None) -> dict:
+                vocab_grids: dict[str, tuple] | None = None, g_idx: dict[str, torch.Tensor] | None = None) -> dict:
     """Write the packed directory; returns measured sizes (MB) and the ratio to FP16. With embed_bits < 16 the
-    vocab matrices are stored on `vocab_grids` (from `round_vocab_matrices`), or on grids fitted here."""
+    vocab matrices are stored on `vocab_grids` (from `round_vocab_matrices`), or on grids fitted here. Grouped
+    scales ([out, groups]) need `metadata["group_size"]`; `g_idx` maps linear paths to their column → group index
+    (activation-ordered groups only)."""
     from safetensors.numpy import save_file
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     quantized, shapes, tensors = {}, {}, {}
+    group_size = metadata.get("group_size")
     for path, scale in scales.items():
         module = model.get_submodule(path)
         weight = linear_weight(module, adapter.conv1d)
         shapes[path] = list(weight.shape)
-        for key, value in pack_linear(weight.detach().cpu(), scale, bits).items():
+        packed = pack_linear(weight.detach().cpu(), scale.cpu(), bits, group_size if scale.dim() == 2 else None,
+                             (g_idx or {}).get(path))
+        for key, value in packed.items():
             tensors[f"{path}.{key}"] = value
         quantized[f"{path}.weight"] = weight.numel()
     linear_bytes = sum(v.nbytes for v in tensors.values())
@@ -217,10 +244,13 @@ def load_packed(directory: str | Path, dtype=torch.float32, with_tokenizer: bool
     if unexpected or set(missing) - quantized - _tied_names(model):
         raise BadInputError(f"packed weights do not match the config: missing {sorted(set(missing) - quantized)[:3]}, "
                             f"unexpected {unexpected[:3]}")
+    group_size = config.get("group_size")
     for path, shape in config["linears"].items():
-        parts = {key: tensors[f"{path}.{key}"] for key in ("qweight", "scales", "mask") if f"{path}.{key}" in tensors}
-        set_linear_weight(model.get_submodule(path), unpack_linear(parts, tuple(shape), config["bits"]).to(dtype),
-                          adapter.conv1d)
+        parts = {key: tensors[f"{path}.{key}"] for key in ("qweight", "scales", "mask", "g_idx")
+                 if f"{path}.{key}" in tensors}
+        grouped = group_size if parts["scales"].ndim == 2 else None
+        set_linear_weight(model.get_submodule(path),
+                          unpack_linear(parts, tuple(shape), config["bits"], grouped).to(dtype), adapter.conv1d)
     rotation = config.get("rotation")
     if rotation:
         from toolkit.compress.rotation import (

@@ -1,8 +1,10 @@
 """Quantizers shared by every compression method, so one recipe compares them fairly.
 
-- Weights: per output channel, symmetric, `q = s·clamp(round(w/s), −2^{b−1}, 2^{b−1}−1)` with the scale chosen by
-  an MSE clip search (GPTQ/QuaRot: grid 100, max shrink 0.8, error norm 2.4). Symmetric grids contain 0, so pruned
-  weights stay exactly 0 after quantization.
+- Weights: per output channel (or per group of `group_size` input columns of a row), symmetric,
+  `q = s·clamp(round(w/s), −2^{b−1}, 2^{b−1}−1)` with the scale chosen by an MSE clip search (GPTQ/QuaRot: grid 100,
+  max shrink 0.8, error norm 2.4). Symmetric grids contain 0, so pruned weights stay exactly 0 after quantization.
+  `WeightGrid` holds the scales: [out] per channel, [out, ⌈in/g⌉] grouped, plus `g_idx` (the group of each input
+  column) when the groups follow the activation order (GPTQ `actorder=group`).
 - Activations: per token, symmetric (QuaRot's A4 default, clip ratio 1.0), simulated (fake quant) on CPU.
 - KV cache: per token and head, asymmetric; K is quantized after RoPE, V as it enters attention.
 """
@@ -10,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 
@@ -25,16 +28,21 @@ def max_code(bits: int) -> int:
     return 2 ** (bits - 1) - 1
 
 
+def _broadcast_scale(scale: torch.Tensor, dtype) -> torch.Tensor:
+    """A per-row scale [rows] as a column [rows, 1]; a per-entry scale [rows, columns] as it is."""
+    s = scale.to(dtype)
+    return s if s.dim() == 2 else s.reshape(-1, 1)
+
+
 def quantize_rows(W: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
-    """Fake-quantize each row of W on its symmetric grid (scale has one entry per row)."""
-    s = scale.reshape(-1, 1).to(W.dtype)
-    return codes_of(W, scale, bits) * s
+    """Fake-quantize W on its symmetric grid: `scale` has one entry per row, or one per entry ([rows, columns], as
+    `WeightGrid.per_column` expands grouped scales)."""
+    return codes_of(W, scale, bits) * _broadcast_scale(scale, W.dtype)
 
 
 def codes_of(W: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
-    """Integer codes (as float) of W on the symmetric per-row grid."""
-    s = scale.reshape(-1, 1).to(W.dtype)
-    return torch.clamp(torch.round(W / s), -max_code(bits) - 1, max_code(bits))
+    """Integer codes (as float) of W on the symmetric grid (per-row or per-entry scale, as `quantize_rows`)."""
+    return torch.clamp(torch.round(W / _broadcast_scale(scale, W.dtype)), -max_code(bits) - 1, max_code(bits))
 
 
 def fit_weight_scale(W: torch.Tensor, bits: int, mse: bool = True, grid: int = 100, maxshrink: float = 0.8,
@@ -53,6 +61,46 @@ def fit_weight_scale(W: torch.Tensor, bits: int, mse: bool = True, grid: int = 1
         best_err = torch.where(better, err, best_err)
         best_scale = torch.where(better, scale, best_scale)
     return best_scale
+
+
+@dataclass
+class WeightGrid:
+    """The quantizer of one linear: `scales` [out] (per channel) or [out, ⌈in/group_size⌉] (grouped). Groups are
+    runs of `group_size` consecutive input columns unless `g_idx` [in] names each column's group (the activation
+    order's groups, GPTQ `actorder=group`)."""
+
+    scales: torch.Tensor
+    group_size: int | None = None
+    g_idx: torch.Tensor | None = None
+
+    def group_index(self, columns: int) -> torch.Tensor:
+        if self.g_idx is not None:
+            return self.g_idx
+        return torch.arange(columns, device=self.scales.device) // self.group_size
+
+    def per_column(self, columns: int) -> torch.Tensor:
+        """[out] per channel (unchanged), or the scale of every entry [out, columns] for grouped grids."""
+        if self.group_size is None:
+            return self.scales
+        return self.scales[:, self.group_index(columns)]
+
+
+def fit_grid(W: torch.Tensor, bits: int, mse: bool = True, group_size: int | None = None,
+             order: torch.Tensor | None = None) -> WeightGrid:
+    """Scales fitted on W as it is (before any GPTQ update, as llm-compressor's observers do): per row, or per
+    group of `group_size` columns (a ragged last group when the width is not a multiple). With `order` (a column
+    permutation), groups are runs of the permuted columns (`actorder=group`) and `g_idx` maps them back."""
+    if group_size is None:
+        return WeightGrid(fit_weight_scale(W, bits, mse=mse).to(W.dtype))
+    rows, columns = W.shape
+    source = W if order is None else W[:, order]
+    padded = torch.nn.functional.pad(source, (0, -columns % group_size))  # zeros: no error, no effect on max
+    scales = fit_weight_scale(padded.reshape(-1, group_size), bits, mse=mse).reshape(rows, -1).to(W.dtype)
+    g_idx = None
+    if order is not None:
+        g_idx = torch.empty(columns, dtype=torch.long, device=W.device)
+        g_idx[order] = torch.arange(columns, device=W.device) // group_size
+    return WeightGrid(scales, group_size, g_idx)
 
 
 def fake_quant_per_token(x: torch.Tensor, bits: int, clip_ratio: float = 1.0) -> torch.Tensor:

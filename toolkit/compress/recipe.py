@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 from toolkit.core.config import BaseConfig
 
 log = logging.getLogger("iclrkit")
+G_IDX = "::g_idx"  # checkpoint key suffix of a linear's activation-ordered group index (never a module path)
 
 
 class CompressConfig(BaseConfig):
@@ -25,6 +26,9 @@ class CompressConfig(BaseConfig):
     eval_data: str | None = None  # perplexity text after compression (skipped when None)
     method: str = "rtn"
     w_bits: int = 4  # weight bits (per output channel, symmetric); 16 = keep weights in float
+    # input columns per weight scale (32/64/128 typical; a ragged last group when in_features is not a multiple);
+    # None = one scale per output channel
+    group_size: int | None = Field(None, gt=0)
     a_bits: int = 16  # per-token activation bits for every block linear (lm_head stays 16-bit); simulated on CPU
     kv_bits: int = 16  # KV-cache bits (K after RoPE, V), per token and head, asymmetric
     sparsity: float = 0.0  # fraction of weights pruned per output row (unstructured), in [0, 1)
@@ -86,8 +90,16 @@ def fingerprint(config: CompressConfig) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _run_fingerprint(config: CompressConfig, model) -> str:
+    """The config's fingerprint, plus the model dtype when it is not float32 (a resumed run keeps its dtype)."""
+    import torch
+
+    dtype = next(model.parameters()).dtype
+    return fingerprint(config) + ("" if dtype == torch.float32 else f"-{str(dtype).removeprefix('torch.')}")
+
+
 def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
-    """(Ŵ, kept mask, per-row scale or None) for one linear's weight W (out × in) and its raw Hessian."""
+    """(Ŵ, kept mask, WeightGrid or None) for one linear's weight W (out × in) and its raw Hessian."""
     import torch
 
     from toolkit.compress.masks import (
@@ -96,17 +108,27 @@ def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
         parse_nm,
         wanda_scores,
     )
-    from toolkit.compress.quant import fit_weight_scale, quantize_rows
-    from toolkit.compress.solvers import damp_hessian, gptq, sparsegpt
+    from toolkit.compress.quant import fit_grid, quantize_rows
+    from toolkit.compress.solvers import activation_order, damp_hessian, gptq, sparsegpt, sparsegpt_then_gptq
 
     nm = parse_nm(config.nm)
     bits = config.w_bits
-    scale = fit_weight_scale(W, bits, mse=config.w_clip).to(W.dtype) if bits < 16 else None
-    needs_hessian = config.method in ("gptq", "sparsegpt", "obr")
+    columns = W.shape[1]
+    actorder = getattr(config, "actorder", "none")  # only GPTQ and the two-stage baseline order their columns
+    order = activation_order(hessian_raw) if actorder != "none" and bits < 16 else None
+    group_order = order if actorder == "group" else None  # groups follow the activation order
+    needs_hessian = config.method in ("gptq", "sparsegpt", "obr", "sparsegpt-gptq")
     hessian = damp_hessian(hessian_raw, percdamp) if needs_hessian else None
+    if config.method == "sparsegpt-gptq":
+        return sparsegpt_then_gptq(
+            W, hessian, bits, config.sparsity, nm, blocksize=config.blocksize, order=order,
+            refit=lambda pruned: fit_grid(pruned, bits, config.w_clip, config.group_size, group_order)
+            if bits < 16 else None)
+    grid = fit_grid(W, bits, config.w_clip, config.group_size, group_order) if bits < 16 else None
+    scale = grid.per_column(columns) if grid is not None else None
     if config.method == "sparsegpt":
         out, keep = sparsegpt(W, hessian, scale, bits, config.sparsity, nm, config.blocksize)
-        return out, keep, scale
+        return out, keep, grid
     if config.sparsity > 0 or nm:
         scores = wanda_scores(W, torch.diag(hessian_raw) / 2) if config.mask == "wanda" else magnitude_scores(W)
         keep = make_mask(scores, config.sparsity, nm)
@@ -114,13 +136,13 @@ def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
         keep = torch.ones_like(W, dtype=torch.bool)
     if config.method in ("rtn", "wanda"):
         out = quantize_rows(W * keep, scale, bits) if scale is not None else W * keep
-        return out, keep, scale
+        return out, keep, grid
     if config.method == "gptq":
-        return gptq(W, hessian, scale, bits, mask=keep, blocksize=config.blocksize), keep, scale
+        return gptq(W, hessian, scale, bits, mask=keep, blocksize=config.blocksize, order=order), keep, grid
     from toolkit.compress.obr import obr_quantize
 
     out = obr_quantize(W, hessian, keep, scale, bits, config.alpha, config.mode, config.blocksize, config.solver)
-    return out, keep, scale
+    return out, keep, grid
 
 
 def _resolve_rotate(config: CompressConfig, adapter) -> bool:
@@ -176,14 +198,12 @@ def plan(config: CompressConfig, ctx) -> dict:
 
 
 def run_compress(config: CompressConfig, ctx) -> dict:
-    import torch
-
     from toolkit.compress.quant import activation_quant, kv_cache_quant
     from toolkit.models.adapters import adapter_for, get_layers
     from toolkit.models.source import load_model
 
-    torch.set_num_threads(min(2, torch.get_num_threads()))
-    model, tokenizer = load_model(config.model, ctx.device, torch.float32)
+    # the model (and its forwards) in --dtype; Hessians and solves in solve_dtype; weights written back in --dtype
+    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     adapter = adapter_for(model)
     ctx.inputs["model"] = config.model
     rotate = _resolve_rotate(config, adapter)
@@ -194,7 +214,7 @@ def run_compress(config: CompressConfig, ctx) -> dict:
         from toolkit.compress.rotation import rotate_model
 
         rotation = rotate_model(model, adapter, config.rotation_seed)
-    scales, kept = _compress_all(model, adapter, windows, config, ctx)
+    scales, kept, g_idx = _compress_all(model, adapter, windows, config, ctx)
     vocab_grids = None
     if config.embed_bits < 16:
         from toolkit.compress.packed import round_vocab_matrices
@@ -219,12 +239,13 @@ def run_compress(config: CompressConfig, ctx) -> dict:
         ctx.metrics.update({"ppl": result["ppl"], "eval_tokens": result["tokens"],
                             "eval_simulated": "fake-quant activations/KV on CPU" if config.a_bits < 16
                             or config.kv_bits < 16 else "weights only"})
-    _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids)
+    _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids, g_idx)
     return ctx.metrics
 
 
 def _compress_all(model, adapter, windows, config, ctx):
-    """Run the sequential pipeline; returns ({linear path: scale}, achieved sparsity over block linears)."""
+    """Run the sequential pipeline; returns ({linear path: scales [out] or [out, groups]}, achieved sparsity over
+    block linears, {linear path: g_idx} for activation-ordered groups)."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -235,6 +256,7 @@ def _compress_all(model, adapter, windows, config, ctx):
     dtype = getattr(torch, config.solve_dtype)
     prefix = adapter.layers[0]
     scales: dict[str, torch.Tensor] = {}
+    g_idx: dict[str, torch.Tensor] = {}
     counts = {"kept": 0, "total": 0}
     checkpoints = ctx.checkpoint_dir if ctx.out is not None else None
 
@@ -251,30 +273,35 @@ def _compress_all(model, adapter, windows, config, ctx):
                 handle.remove()
             for path, module in zip(group, modules):
                 weight = linear_weight(module, adapter.conv1d)
-                new, _, scale = compress_linear(weight.to(dtype), accumulator.H, config, config.percdamp)
+                new, _, grid = compress_linear(weight.to(dtype), accumulator.H, config, config.percdamp)
                 set_linear_weight(module, new.to(weight.dtype), adapter.conv1d)
-                if scale is not None:
-                    block_scales[f"{prefix}.{step.index}.{path}"] = scale.float().contiguous()
+                if grid is not None:
+                    name = f"{prefix}.{step.index}.{path}"
+                    block_scales[name] = grid.scales.float().contiguous()
+                    if grid.g_idx is not None:
+                        block_scales[f"{name}{G_IDX}"] = grid.g_idx.to(torch.int32).contiguous()
         scales.update(block_scales)
         if checkpoints is not None and block_scales:
             save_file(block_scales, str(checkpoints / f"scales_{step.index}.safetensors"))
 
     run_sequential(model, windows, on_block, device=ctx.device, checkpoint_dir=checkpoints, resume=ctx.resume,
-                   fingerprint=fingerprint(config), progress=ctx.progress)
+                   fingerprint=_run_fingerprint(config, model), progress=ctx.progress)
     if checkpoints is not None:
         for path in sorted(checkpoints.glob("scales_*.safetensors")):
             for name, value in load_file(str(path)).items():
                 scales.setdefault(name, value)
+    for name in [name for name in scales if name.endswith(G_IDX)]:
+        g_idx[name[:-len(G_IDX)]] = scales.pop(name).long()
     layers = model.get_submodule(prefix)
     for layer in layers:
         for path in adapter.block_linears():
             weight = linear_weight(layer.get_submodule(path), adapter.conv1d)
             counts["kept"] += int((weight != 0).sum())
             counts["total"] += weight.numel()
-    return scales, 1 - counts["kept"] / max(counts["total"], 1)
+    return scales, 1 - counts["kept"] / max(counts["total"], 1), g_idx
 
 
-def _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids) -> None:
+def _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids, g_idx=None) -> None:
     from toolkit.compress.packed import fp16_size_bytes, save_packed
 
     ctx.metrics["fp16_mb"] = round(fp16_size_bytes(model) / 1e6, 3)
@@ -282,13 +309,14 @@ def _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grid
         return
     metadata = {"method": config.method, "w_bits": config.w_bits, "a_bits": config.a_bits,
                 "kv_bits": config.kv_bits, "sparsity": config.sparsity, "nm": config.nm, "rotation": rotation,
-                "embed_bits": config.embed_bits}
+                "embed_bits": config.embed_bits, "group_size": config.group_size,
+                "actorder": getattr(config, "actorder", "none")}
     if config.export in ("both", "packed"):
         if config.w_bits >= 16:
             log.warning("packed export skipped: weights are not quantized (w_bits=16)")
         else:
             sizes = save_packed(model, tokenizer, ctx.path("packed"), adapter, scales, config.w_bits, metadata,
-                                config.embed_bits, config.embed_group, vocab_grids)
+                                config.embed_bits, config.embed_group, vocab_grids, g_idx)
             ctx.metrics.update(sizes)
     if config.export in ("both", "dense"):
         from toolkit.compress.rotation import fold_online_rotations

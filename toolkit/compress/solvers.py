@@ -1,5 +1,12 @@
-"""Second-order solvers on a layer Hessian H = 2/n Σ x xᵀ: damping, GPTQ (with a start column and a fixed mask),
-SparseGPT's joint prune + quantize, and batched restricted solves H_AA⁻¹ H_AB v for many rows at once."""
+"""Second-order solvers on a layer Hessian H = 2/n Σ x xᵀ: damping, GPTQ (with a start column, a fixed mask and
+activation ordering), SparseGPT's joint prune + quantize, and batched restricted solves H_AA⁻¹ H_AB v for many rows
+at once.
+
+Activation ordering (GPTQ's "act-order", llm-compressor's `actorder`): columns are processed in decreasing order of
+diag(H) (the inputs with the largest mean square first), so the columns whose error costs most are quantized while
+the most later columns are still free to absorb it; the result is permuted back exactly. The grid is not part of
+the ordering: the caller fits it (quant.fit_grid) on the weights before GPTQ, and passes per-entry scales for grouped
+grids, which travel with their columns."""
 
 from __future__ import annotations
 
@@ -28,6 +35,19 @@ class DampedHessian:
         """Upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU): row i of U gives GPTQ's update once columns < i are fixed."""
         return torch.linalg.cholesky(torch.cholesky_inverse(self.L), upper=True)
 
+    def permuted(self, order: torch.Tensor) -> DampedHessian:
+        """The same damped H with rows and columns in `order` (its Cholesky factor recomputed)."""
+        H = self.H[order][:, order]
+        L, info = torch.linalg.cholesky_ex(H)
+        if info.item() != 0:
+            raise RunError("the permuted damped Hessian is not positive definite", "raise percdamp")
+        return DampedHessian(H=H, L=L, damp=self.damp, dead=self.dead[order])
+
+
+def activation_order(H: torch.Tensor) -> torch.Tensor:
+    """The column permutation of activation ordering: decreasing diag(H) (stable, so ties keep their order)."""
+    return torch.argsort(torch.diag(H), descending=True, stable=True)
+
 
 def damp_hessian(H: torch.Tensor, percdamp: float = 0.01) -> DampedHessian:
     H = H.clone()
@@ -44,11 +64,26 @@ def _quantize_column(w: torch.Tensor, scale: torch.Tensor | None, bits: int) -> 
     return quantize_rows(w.unsqueeze(1), scale, bits).squeeze(1)
 
 
+def _column_scale(scale: torch.Tensor | None, column: int) -> torch.Tensor | None:
+    """A per-row scale [rows] serves every column; a per-entry scale [rows, columns] gives column `column`'s."""
+    return scale if scale is None or scale.dim() == 1 else scale[:, column]
+
+
 def gptq(W: torch.Tensor, hessian: DampedHessian, scale: torch.Tensor | None, bits: int, *, start: int = 0,
-         mask: torch.Tensor | None = None, blocksize: int = 128) -> torch.Tensor:
+         mask: torch.Tensor | None = None, blocksize: int = 128, order: torch.Tensor | None = None) -> torch.Tensor:
     """GPTQ over columns start..C−1 (columns before `start` are returned unchanged and their errors are not
     propagated). Each quantized column is multiplied by its mask column; the error, pruned weights included, is
-    spread over the later columns with the rows of U = chol(H⁻¹)ᵀ. Starts exactly at `start`, any value."""
+    spread over the later columns with the rows of U = chol(H⁻¹)ᵀ. Starts exactly at `start`, any value.
+    `scale` is per row [rows] or per entry [rows, C] (grouped grids). With `order` (a permutation of the columns,
+    e.g. `activation_order(H)`) the columns are processed in that order and the result is permuted back."""
+    if order is not None:
+        if start:
+            raise ValueError("activation ordering needs start = 0")
+        inverse = torch.argsort(order)
+        permuted_scale = scale[:, order] if scale is not None and scale.dim() == 2 else scale
+        Q = gptq(W[:, order], hessian.permuted(order), permuted_scale, bits,
+                 mask=None if mask is None else mask[:, order], blocksize=blocksize)
+        return Q[:, inverse]
     W = W.to(hessian.H.dtype).clone()
     W[:, hessian.dead] = 0
     U = hessian.inverse_upper()
@@ -60,7 +95,7 @@ def gptq(W: torch.Tensor, hessian: DampedHessian, scale: torch.Tensor | None, bi
         errors = torch.zeros_like(block)
         for i in range(b1 - b0):
             w = block[:, i]
-            q = _quantize_column(w, scale, bits)
+            q = _quantize_column(w, _column_scale(scale, b0 + i), bits)
             if mask is not None:
                 q = q * mask[:, b0 + i]
             Q[:, b0 + i] = q
@@ -101,13 +136,28 @@ def sparsegpt(W: torch.Tensor, hessian: DampedHessian, scale: torch.Tensor | Non
                 idx = torch.topk(score, nm[0], dim=1, largest=False).indices
                 keep[:, column:column + nm[1]].scatter_(1, idx, False)
             w = block[:, i]
-            q = _quantize_column(w * keep[:, column], scale, bits)
+            q = _quantize_column(w * keep[:, column], _column_scale(scale, column), bits)
             Q[:, column] = q
             err = (w - q) / U1[i, i]
             block[:, i:] -= err.unsqueeze(1) * U1[i, i:].unsqueeze(0)
             errors[:, i] = err
         W[:, b1:] -= errors @ U[b0:b1, b1:]
     return Q, keep
+
+
+def sparsegpt_then_gptq(W: torch.Tensor, hessian: DampedHessian, bits: int, sparsity: float,
+                        nm: tuple[int, int] | None, refit, blocksize: int = 128,
+                        order: torch.Tensor | None = None):
+    """The two-stage baseline (llm-compressor's SparseGPTModifier → GPTQModifier, on one calibration pass): prune with
+    SparseGPT (OBS updates of the kept weights, no quantization), refit the quantizer on the sparse weights
+    (`refit(pruned) -> WeightGrid`), then GPTQ on the same H keeping the mask (pruned entries stay exactly 0).
+    Returns (Ŵ, kept mask, grid)."""
+    pruned, keep = sparsegpt(W, hessian, None, 16, sparsity, nm, blocksize)
+    grid = refit(pruned)
+    if bits >= 16:
+        return pruned, keep, grid
+    out = gptq(pruned, hessian, grid.per_column(W.shape[1]), bits, mask=keep, blocksize=blocksize, order=order)
+    return out, keep, grid
 
 
 def _padded_indices(select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
