@@ -21,7 +21,7 @@ FAMILIES = (
     ("compress", "compress"), ("remove_ln", "remove-ln"), ("merge", "merge"), ("edit", "edit"),
     ("unlearn", "unlearn"), ("steer", "steer"), ("defend", "defend"), ("explain", "explain"),
     ("cluster", "cluster"), ("segment", "segment"), ("rag", "rag"), ("bench", "bench"), ("prompt", "prompt"),
-    ("uq", "uq"), ("study", "study"), ("causal", "causal"),
+    ("uq", "uq"), ("study", "study"), ("causal", "causal"), ("export", "export"),
 )
 
 

@@ -43,7 +43,8 @@ class CompressConfig(BaseConfig):
     rotation_seed: int = 0
     eval_max_length: int = Field(2048, gt=1)
     eval_windows: int | None = Field(None, gt=0)
-    export: Literal["both", "packed", "dense", "none"] = "both"
+    # compressed-tensors / gguf: packed/ plus that format (weight-only W4A16; see toolkit/export)
+    export: Literal["both", "packed", "dense", "none", "compressed-tensors", "gguf"] = "both"
     # token embeddings + LM head: 16 keeps them float16 as OBR does; 8 or 4 rounds them to a grouped integer grid
     # (in the model, so perplexity includes it, and in the packed file): most of a small model's packed bytes
     embed_bits: Literal[4, 8, 16] = 16
@@ -310,8 +311,12 @@ def _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grid
     metadata = {"method": config.method, "w_bits": config.w_bits, "a_bits": config.a_bits,
                 "kv_bits": config.kv_bits, "sparsity": config.sparsity, "nm": config.nm, "rotation": rotation,
                 "embed_bits": config.embed_bits, "group_size": config.group_size,
-                "actorder": getattr(config, "actorder", "none")}
-    if config.export in ("both", "packed"):
+                "actorder": getattr(config, "actorder", "none"), "a_clip_ratio": config.a_clip_ratio}
+    if config.export in ("compressed-tensors", "gguf"):
+        from toolkit.export.run import export_compress_run
+
+        export_compress_run(config, ctx, model, tokenizer, adapter, scales, metadata, g_idx)
+    if config.export in ("both", "packed", "compressed-tensors", "gguf"):
         if config.w_bits >= 16:
             log.warning("packed export skipped: weights are not quantized (w_bits=16)")
         else:
@@ -320,11 +325,13 @@ def _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grid
             ctx.metrics.update(sizes)
     if config.export in ("both", "dense"):
         from toolkit.compress.rotation import fold_online_rotations
+        from toolkit.export.card import command_line, dense_card_notes
         from toolkit.models.save import save_model
 
         fold_online_rotations(model, adapter)
         save_model(model, tokenizer, ctx.path("model"), technique=f"compress.{config.method}", source=config.model,
-                   paper="https://arxiv.org/abs/2509.11177",
+                   paper="https://arxiv.org/abs/2509.11177", command=command_line(),
                    notes="Dense fake-quant export: weights hold the quantized (and pruned) values in float; the "
-                         "rotation is folded in, activation/KV quantization is not representable here.",
+                         "rotation is folded in, activation/KV quantization is not representable here.\n\n"
+                         + dense_card_notes(config, metadata),
                    metadata=metadata)

@@ -81,6 +81,10 @@ def load_model(spec: str, device: str = "cpu", dtype=None, kind: str = "causal-l
     if kind not in classes:
         raise BadInputError(f"unknown model kind '{kind}'")
     source = resolve_model_path(spec)
+    if isinstance(source, Path) and (source / "model.packed.safetensors").is_file():  # a compress run's packed/
+        from toolkit.export.quantized import load_packed_model
+
+        return load_packed_model(source, device, dtype, kind, with_tokenizer)
     _quiet_transformers()
     try:
         model = classes[kind].from_pretrained(str(source), dtype=dtype or torch.float32, local_files_only=offline())
