@@ -12,7 +12,6 @@ from cli._options import (
     DryRunOpt,
     DtypeOpt,
     JsonOpt,
-    ModelOpt,
     OutOpt,
     OverwriteOpt,
     SeedOpt,
@@ -36,15 +35,56 @@ ValuesOpt = Annotated[str | None, typer.Option("--values", help="Reuse the δ of
                                                                  "redo only the insertion, e.g. to sweep λ.")]
 
 
+EditModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model: local path, hub id, or zoo:NAME "
+                                                                         "(default: an EasyEdit --config's "
+                                                                         "model_name).")]
+
+
 def _edit(technique: str, config_cls, run, plan, flags: dict, common: Common) -> None:
-    execute(technique=technique, config_cls=config_cls, flags=flags, common=common, run=run,
-            inputs={"model": flags["model"], "data": flags["data"]}, plan=plan)
+    """`--config` may be an EasyEdit hparams YAML (it has `alg_name`): translated to this command's keys."""
+    import tempfile
+    from pathlib import Path
+
+    translated = _easyedit(common, technique.split(".")[-1])
+    try:
+        if translated is not None:
+            import yaml
+
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+                yaml.safe_dump(translated, handle)
+            common.extra_inputs["hparams"] = str(common.config)
+            common.config = Path(handle.name)
+        execute(technique=technique, config_cls=config_cls, flags=flags, common=common, run=run,
+                inputs={"model": flags["model"], "data": flags["data"]}, plan=plan)
+    finally:
+        if translated is not None:
+            common.config.unlink(missing_ok=True)
+
+
+def _easyedit(common: Common, command: str) -> dict | None:
+    """The iclrkit keys of an EasyEdit hparams --config, None for a plain iclrkit config; bad files exit 2."""
+    from cli._runner import fail
+    from toolkit.core.errors import IclrkitError
+
+    if common.config is None:
+        return None
+    try:
+        from toolkit.core.config import load_yaml
+        from toolkit.edit.easyedit import is_easyedit, translate_file
+
+        if not is_easyedit(load_yaml(common.config)):
+            return None
+        return translate_file(common.config, command)[0]
+    except IclrkitError as exc:
+        fail(exc)
 
 
 @app.command("memit", help="MEMIT: closed-form multi-layer insertion of many facts at once.",
              epilog="Examples: iclrkit edit memit -m zoo:smollm2-135m -d zsre_mend_train-1k.json -n 100 -o runs/memit "
-                    "| iclrkit edit memit -m ./gpt2 -d facts.jsonl --layers 3,4 --batch-size 100 -o out")
-def memit(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: LayersOpt = None,
+                    "| iclrkit edit memit -m ./gpt2 -d facts.jsonl --layers 3,4 --batch-size 100 -o out | "
+                    "iclrkit edit memit -m ./gpt2-xl -d knowedit.json --config EasyEdit/hparams/MEMIT/gpt2-xl.yaml "
+                    "-o out")
+def memit(data: FactsOpt, model: EditModelOpt = None, n_edits: NEditsOpt = None, layers: LayersOpt = None,
           batch_size: BatchOpt = None, mom2_weight: LambdaOpt = None, cov_data: CovOpt = None,
           steps: StepsOpt = None, values: ValuesOpt = None, out: OutOpt = None, config: ConfigOpt = None,
           set_: SetOpt = None, seed: SeedOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
@@ -60,7 +100,7 @@ def memit(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: La
 @app.command("eamet", help="EAMET: MEMIT whose values are aligned with the key similarity structure.",
              epilog="Examples: iclrkit edit eamet -m zoo:smollm2-135m -d zsre_mend_train-1k.json -n 1000 -o runs/eamet "
                     "| iclrkit edit eamet -m ./llama -d counterfact.json --set cs_factor=0 --set mse_factor=0 -o out")
-def eamet(model: ModelOpt, data: FactsOpt, n_edits: NEditsOpt = None, layers: LayersOpt = None,
+def eamet(data: FactsOpt, model: EditModelOpt = None, n_edits: NEditsOpt = None, layers: LayersOpt = None,
           batch_size: BatchOpt = None, mom2_weight: LambdaOpt = None, cov_data: CovOpt = None,
           steps: StepsOpt = None, values: ValuesOpt = None,
           tau: Annotated[float | None, typer.Option(help="Softmax temperature of the similarities.")] = None,

@@ -117,3 +117,61 @@ def test_values_of_another_run_are_refused(cli, tmp_path, facts, tiny_gpt2_dir, 
                       f"stats_dir={tmp_path / 'stats'}", *FAST, *args])
         assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
         assert not out.exists()
+
+
+TINY_HPARAMS = """alg_name: MEMIT
+model_name: ./hugging_cache/not-used
+layers: [0, 1]
+clamp_norm_factor: 0.75
+fact_token: subject_last
+layer_selection: all
+v_num_grad_steps: 4
+v_lr: 5e-1
+v_loss_layer: 47
+v_weight_decay: 0.5
+kl_factor: 0.0625
+mom2_adjustment: true
+mom2_update_weight: 15000
+rewrite_module_tmp: "transformer.h.{}.mlp.c_proj"
+mom2_dataset: wikipedia
+"""
+
+
+def test_knowedit_with_easyedit_hparams_writes_per_record_results(cli, tmp_path, tiny_gpt2_dir):
+    data = tmp_path / "knowedit.json"
+    data.write_text(json.dumps([
+        {"subject": "object", "prompt": "The value of object is", "target_new": "return", "ground_truth": "class",
+         "portability": {"Reasoning": [{"prompt": "The type of the value of object is",
+                                        "ground_truth": [["return", "returns"]]}]},
+         "locality": {"Relation_Specificity": [{"prompt": "The value of type is", "ground_truth": [["class"]]}]}},
+        {"subject": "list", "prompt": "A list is made of", "target_new": "strings",
+         "locality": {"Forgetfulness": [{"prompt": "A list holds", "ground_truth": "items"}]}}]))
+    hparams = tmp_path / "gpt2.yaml"
+    hparams.write_text(TINY_HPARAMS)
+    out = tmp_path / "kn"
+    result = cli(["edit", "memit", "-m", tiny_gpt2_dir, "-d", data, "--config", hparams, "-o", out,
+                  "--set", f"stats_dir={tmp_path / 'stats'}", *FAST[:-2]])
+    assert result.exit_code == 0, result.stderr
+    assert "mom2_dataset" in result.stderr and "v_loss_layer" in result.stderr  # no silence about unused keys
+    record = json.loads((out / "run.json").read_text())
+    assert record["config"]["layers"] == [0, 1] and record["config"]["v_num_grad_steps"] == 4
+    assert record["config"]["clamp_factor"] == 0.75 and "portability" in record["metrics"]
+    assert "specificity" in record["metrics"]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["subject"] for r in rows] == ["object", "list"]
+    assert {"efficacy", "specificity", "portability"} <= set(rows[0]["pre"]) and "portability" in rows[0]["post"]
+    assert "portability" not in rows[1]["post"] and "specificity" in rows[1]["post"]
+    assert sum(r["post"]["efficacy"] for r in rows) / 2 * 100 == pytest.approx(record["metrics"]["efficacy"])
+
+
+def test_bad_easyedit_inputs_exit_2(cli, tmp_path, facts, tiny_gpt2_dir):
+    rome = tmp_path / "rome.yaml"
+    rome.write_text("alg_name: ROME\nlayers: [5]\n")
+    result = cli(["edit", "memit", "-m", tiny_gpt2_dir, "-d", facts, "--config", rome, "-o", tmp_path / "o"])
+    assert result.exit_code == 2 and "ROME" in result.stderr and not (tmp_path / "o").exists()
+    mquake = tmp_path / "mquake.json"
+    mquake.write_text(json.dumps([{"case_id": 1, "requested_rewrite": [{"prompt": "{} is a citizen of",
+                                   "subject": "Ellie Kemper", "target_new": {"str": "Croatia"}}],
+                                   "questions": ["?"], "new_answer": "Zagreb"}]))
+    result = cli(["edit", "memit", "-m", tiny_gpt2_dir, "-d", mquake, "-o", tmp_path / "o"])
+    assert result.exit_code == 2 and "MQuAKE" in result.stderr and not (tmp_path / "o").exists()

@@ -6,6 +6,12 @@ Accepted shapes (detected per record):
   `paraphrase_prompts`, `neighborhood_prompts` (answered by the true object), `generation_prompts`.
 - zsRE (MEND/MEMIT): `subject, src, alt, answers, rephrase, loc, loc_ans`.
 - EasyEdit: `prompt, subject, target_new, ground_truth, rephrase_prompt, locality_prompt, locality_ground_truth`.
+- KnowEdit (EasyEdit's benchmark files): the EasyEdit keys (WikiBio: `text, labels, concept`) with nested
+  `locality{Relation_Specificity, Forgetfulness: [{prompt, ground_truth}]}` (-> neighbourhood prompts) and
+  `portability{Reasoning, Subject_Aliasing, Logical_Generalization: [...]}` (-> portability prompts, answered by
+  the edited knowledge); a ground_truth may be a string, a list of aliases or a list of alias lists (the first
+  alias is the answer scored).
+MQuAKE (several edits + multi-hop questions per record) is refused with a clear error.
 - Simple JSONL: `prompt, subject, target_new[, target_true, paraphrases, neighborhood[{prompt, answer}]]`.
 """
 
@@ -29,6 +35,7 @@ class EditRequest:
     paraphrases: list[str] = field(default_factory=list)
     neighborhood: list[tuple[str, str]] = field(default_factory=list)  # (prompt, answer the edit must not change)
     generation_prompts: list[str] = field(default_factory=list)
+    portability: list[tuple[str, str]] = field(default_factory=list)  # (prompt, answer after the edit)
     record_id: str = ""
 
     @property
@@ -42,6 +49,35 @@ def _text(value) -> str | None:
     if isinstance(value, list):
         value = value[0] if value else None
     return None if value is None else str(value)
+
+
+def _first_alias(value) -> str | None:
+    """KnowEdit answers: "x", ["x", "alias"], [["x", "alias"], ["y"]] -> "x"."""
+    while isinstance(value, list):
+        if not value:
+            return None
+        value = value[0]
+    if isinstance(value, dict):
+        value = value.get("str")
+    return None if value is None else str(value)
+
+
+def _nested(section, where: str, name: str) -> list[tuple[str, str]]:
+    """KnowEdit's {kind: [{prompt, ground_truth}, ...]} (prompt may itself be a list) -> (prompt, answer) pairs."""
+    if section is None:
+        return []
+    if not isinstance(section, dict):
+        raise BadInputError(f"{where}: '{name}' must be an object of {{kind: [{{prompt, ground_truth}}]}}")
+    pairs = []
+    for kind, items in section.items():
+        for item in items if isinstance(items, list) else [items]:
+            if not isinstance(item, dict) or "prompt" not in item or "ground_truth" not in item:
+                raise BadInputError(f"{where}: {name}.{kind} entries need 'prompt' and 'ground_truth'")
+            prompts = item["prompt"] if isinstance(item["prompt"], list) else [item["prompt"]]
+            answer = _first_alias(item["ground_truth"])
+            if answer is not None and answer.strip():
+                pairs += [(str(p), answer) for p in prompts]
+    return pairs
 
 
 def _as_list(value) -> list[str]:
@@ -62,6 +98,10 @@ def parse_record(record: dict, where: str) -> EditRequest:
     """One record of any supported schema -> EditRequest; `where` names the record in errors."""
     if not isinstance(record, dict):
         raise BadInputError(f"{where}: each record must be a JSON object")
+    if isinstance(record.get("requested_rewrite"), list) or "new_single_hops" in record:
+        raise BadInputError(f"{where}: an MQuAKE record (several edits + multi-hop questions) is not supported",
+                            "iclrkit edits one (subject, relation, object) per record: CounterFact, zsRE, "
+                            "EasyEdit/KnowEdit or {prompt, subject, target_new}")
     if "requested_rewrite" in record:
         rewrite = record["requested_rewrite"]
         subject, prompt = str(rewrite.get("subject", "")), str(rewrite.get("prompt", ""))
@@ -77,16 +117,22 @@ def parse_record(record: dict, where: str) -> EditRequest:
                               paraphrases=_as_list(record.get("rephrase")),
                               neighborhood=[(str(loc), _text(record["loc_ans"]))] if loc and record.get("loc_ans")
                               else [])
-    elif "prompt" in record and "target_new" in record:
+    elif ("prompt" in record and "target_new" in record) or ("text" in record and "labels" in record):
+        if "prompt" not in record:  # KnowEdit WikiBio: text / labels / concept
+            record = {**record, "prompt": record["text"], "target_new": record["labels"],
+                      "subject": record.get("subject", record.get("concept", ""))}
         neighborhood = [(str(n["prompt"]), str(n["answer"])) for n in record.get("neighborhood") or []
                         if isinstance(n, dict) and "prompt" in n and "answer" in n]
         if record.get("locality_prompt") and record.get("locality_ground_truth"):
             neighborhood += [(p, _text(record["locality_ground_truth"])) for p in _as_list(record["locality_prompt"])]
+        neighborhood += _nested(record.get("locality"), where, "locality")
+        true = record.get("target_true", record.get("ground_truth"))
         request = EditRequest(prompt=str(record["prompt"]), subject=str(record.get("subject", "")),
-                              target_new=_text(record["target_new"]) or "",
-                              target_true=_text(record.get("target_true", record.get("ground_truth"))),
+                              target_new=_first_alias(record["target_new"]) or "",
+                              target_true=_first_alias(true) if true is not None else None,
                               paraphrases=_as_list(record.get("paraphrases", record.get("rephrase_prompt"))),
-                              neighborhood=neighborhood)
+                              neighborhood=neighborhood,
+                              portability=_nested(record.get("portability"), where, "portability"))
     else:
         raise BadInputError(f"{where}: unknown fact schema (keys: {', '.join(sorted(record)[:8])})",
                             "expected CounterFact (requested_rewrite), zsRE (src, alt) or {prompt, subject, target_new}")
