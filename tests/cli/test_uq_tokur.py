@@ -22,8 +22,8 @@ def test_tokur_end_to_end(cli, tiny_gpt2_dir, gsm_file, tmp_path):
     metrics = json.loads(r.stdout)["metrics"]
     # the first anchor_size=2 records pick σ and are not evaluated: 1 question x 2 candidates
     assert metrics["n_responses"] == 2 and len(metrics["sigma_search"]) == 3 and metrics["sigma"] >= 0
-    assert {row["selection"] for row in metrics["rows"]} == {"tokur", "random", "first", "oracle", "tokur-total",
-                                                             "tokur-aleatoric"}
+    assert {row["selection"] for row in metrics["rows"]} == {"tokur", "random", "first", "oracle", "majority",
+                                                             "tokur-total", "tokur-aleatoric"}
     records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines()]
     assert len(records) == 2 and {rec["question"] for rec in records} == {0}
     for rec in records:

@@ -143,3 +143,16 @@ def test_load_problems_reads_gsm8k_math_and_metamath(tmp_path):
     assert [i["question"] for i in items] == ["q1", "q2", "q3", "q4"]
     assert [i["final"] for i in items] == ["7", "\\left( 3, \\frac{\\pi}{2} \\right)", "p - q", "\\frac{1}{2}"]
     assert items[2]["answer"].startswith("Long work")  # the worked solution feeds the σ anchors
+
+
+def test_majority_vote_groups_equivalent_answers():
+    from toolkit.uq.run import majority_vote_accuracy
+
+    correct = np.array([[False, True, True, False], [True, False, False, False], [False, False, False, False]])
+    finals = [["3", "0.5", "\\frac{1}{2}", "3"],  # 3 ×2 vs 1/2 ×2 (equivalent forms): tie -> "3" seen first: wrong
+              ["7", "8", "8", None],  # "8" wins: wrong
+              [None, None, None, None]]  # no answer: wrong
+    assert majority_vote_accuracy(correct, finals) == 0.0
+    finals[0] = ["0.5", "\\frac{1}{2}", "1/2", "3"]
+    correct[0] = [True, True, True, False]
+    assert majority_vote_accuracy(correct, finals) == pytest.approx(1 / 3)

@@ -103,6 +103,26 @@ def best_of_n_accuracy(correct: np.ndarray, scores: np.ndarray) -> float:
     return float(np.mean([row_correct[tokur.best_of_n(list(row))] for row_correct, row in zip(correct, scores)]))
 
 
+def majority_vote_accuracy(correct: np.ndarray, finals: list[list[str | None]]) -> float:
+    """Accuracy of self-consistency: each question keeps the answer most of its candidates agree on (answers
+    grouped by math equivalence; no answer never wins; ties go to the group seen first)."""
+    from toolkit.uq.math_answer import equivalent
+
+    picks = []
+    for row_correct, row_finals in zip(correct, finals):
+        groups: list[list[int]] = []
+        for i, final in enumerate(row_finals):
+            if final is None:
+                continue
+            group = next((g for g in groups if equivalent(final, row_finals[g[0]])), None)
+            if group is None:
+                groups.append([i])
+            else:
+                group.append(i)
+        picks.append(bool(row_correct[max(groups, key=len)[0]]) if groups else False)
+    return float(np.mean(picks))
+
+
 def selection_rows(correct: np.ndarray, scores: np.ndarray) -> list[dict]:
     """Best-of-N accuracies: lowest uncertainty, the expected accuracy of a uniformly random pick, the first."""
     return [{"selection": "tokur", "accuracy": best_of_n_accuracy(correct, scores)},
@@ -143,13 +163,13 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
         sigma, trace = float(config.sigma), []
     prompts = [prompt_ids(item) for item in items]
 
-    records, correct, scores = [], [], []
+    records, correct, scores, finals = [], [], [], []
     with open(ctx.path("responses.jsonl"), "w") as log:
         for qi, (item, prompt_ids) in enumerate(ctx.progress(list(zip(items, prompts)), total=len(items),
                                                              description="questions")):
             responses = sample_responses(model, tokenizer, prompt_ids, config.candidates, config.max_new_tokens,
                                          config.temperature, ctx.seed + qi)
-            row_correct, row_scores = [], {name: [] for name in ("total", "aleatoric", "epistemic")}
+            row_correct, row_finals, row_scores = [], [], {name: [] for name in ("total", "aleatoric", "epistemic")}
             for ci, response in enumerate(responses):
                 parts = tokur.token_uncertainty(model, projections, prompt_ids, response, sigma, config.samples,
                                                 seed=ctx.seed * 7919 + qi * 97 + ci)
@@ -158,6 +178,7 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
                 final = predicted_final(text)
                 ok = equivalent(final, item["final"])
                 row_correct.append(ok)
+                row_finals.append(final)
                 for name, value in summary.items():
                     row_scores[name].append(value)
                 record = {"question": qi, "candidate": ci, "response": text, "final": final, "reference": item["final"],
@@ -165,6 +186,7 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
                 records.append(record)
                 log.write(json.dumps(record) + "\n")
             correct.append(row_correct)
+            finals.append(row_finals)
             scores.append(row_scores)
     correct_arr = np.array(correct)
     errors = ~correct_arr.ravel()
@@ -173,6 +195,7 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
         aurocs = {name: auroc([r[name] for r in records], errors) for name in ("total", "aleatoric", "epistemic")}
     by_score = {name: np.array([row[name] for row in scores]) for name in ("total", "aleatoric", "epistemic")}
     rows = selection_rows(correct_arr, by_score[config.score])
+    rows.append({"selection": "majority", "accuracy": majority_vote_accuracy(correct_arr, finals)})
     rows += [{"selection": f"tokur-{name}", "accuracy": best_of_n_accuracy(correct_arr, values)}
              for name, values in by_score.items() if name != config.score]
     ctx.inputs["model"] = config.model
