@@ -1,8 +1,12 @@
 """MEMIT vs EAMET in one run: each (model, N, method) through `iclrkit edit`, one row each in results.json.
 
-Facts: zsRE (MEND train 1k, less 2 records with an empty target) + CounterFact (150, EasyEdit schema), real records, in that order; N above 1,148
-is filled with generated facts (a real record whose subject gets the suffix " II", and a new target drawn from
-another record) and the row says how many are generated. Sizes come from the environment (see repro.sh).
+Facts: zsRE (MEND train 1k, less 2 records with an empty target) + CounterFact (150, EasyEdit schema), real
+records, in that order. The last VALIDATION (30) records of that pool (CounterFact kd-evaluate records 120-149) are
+the validation facts for choosing EAMET's alignment weight (select_weight.py) and are in no test set: test sets are
+the first N of the other 1,118, and N above 1,118 is filled with generated facts (a test record whose subject gets
+the suffix " II", and a new target drawn from another test record); the row says how many are generated and how
+many facts come from each dataset. Sizes come from the environment (see repro.sh). Data root: $ICLRKIT_DATA,
+default ../shared/data beside the project.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-SHARED = Path(os.environ.get("SHARED", "/work/shared"))
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("ICLRKIT_DATA", ROOT.parent / "shared" / "data"))
 OUT = Path("runs/repro-eamet")
+VALIDATION = 30  # the pool's last records: validation only, never a test fact nor the base of a generated one
 
 
 def usable(record: dict) -> bool:
@@ -25,15 +31,33 @@ def usable(record: dict) -> bool:
     return bool(str(target).strip()) and record["subject"] in prompt
 
 
-def facts_file(n: int) -> tuple[Path, int]:
-    real = json.loads((SHARED / "data/zsre/zsre_mend_train-1k.json").read_text())
-    real += json.loads((SHARED / "data/counterfact/kd-evaluate/counterfact_sample.json").read_text())
-    real = [r for r in real if usable(r)]
-    records = real[:n]
+def dataset_of(record: dict) -> str:
+    return "zsre" if "src" in record else "counterfact"
+
+
+def real_pool() -> list[dict]:
+    real = json.loads((DATA / "zsre/zsre_mend_train-1k.json").read_text())
+    real += json.loads((DATA / "counterfact/kd-evaluate/counterfact_sample.json").read_text())
+    return [r for r in real if usable(r)]
+
+
+def split_pool(real: list[dict], n_validation: int = VALIDATION) -> tuple[list[dict], list[dict]]:
+    """(test pool, validation facts): the validation facts are the pool's tail, so every test set (a prefix of the
+    test pool, or all of it plus facts generated from it) is disjoint from them."""
+    return real[:len(real) - n_validation], real[len(real) - n_validation:]
+
+
+def prompt_of(record: dict) -> str:
+    return record.get("src", record.get("prompt", ""))
+
+
+def test_facts(pool: list[dict], n: int) -> tuple[list[dict], int]:
+    """The first n test facts; beyond the pool, generated facts built from test-pool records only."""
+    records = pool[:n]
     generated = 0
     while len(records) < n:
-        base = dict(real[generated % len(real)])
-        other = real[(generated * 7 + 3) % len(real)]
+        base = dict(pool[generated % len(pool)])
+        other = pool[(generated * 7 + 3) % len(pool)]
         base["subject"] = base["subject"] + " II"
         for key in ("src", "rephrase", "prompt", "rephrase_prompt"):
             if key in base:
@@ -42,9 +66,34 @@ def facts_file(n: int) -> tuple[Path, int]:
         base["alt" if "alt" in base else "target_new"] = new_target
         records.append(base)
         generated += 1
-    path = OUT / f"facts-{n}.jsonl"
+    return records, generated
+
+
+def check_disjoint(validation: list[dict], test: list[dict]) -> None:
+    """No validation fact shares its subject or its prompt with a test fact."""
+    subjects = {r["subject"] for r in test}
+    prompts = {prompt_of(r) for r in test}
+    clash = [r["subject"] for r in validation if r["subject"] in subjects or prompt_of(r) in prompts]
+    if clash:
+        raise SystemExit(f"validation facts overlap the test set: {clash[:5]}")
+
+
+def write_facts(records: list[dict], name: str) -> Path:
+    path = OUT / name
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    return path, generated
+    return path
+
+
+def facts_file(n: int) -> tuple[Path, int, dict]:
+    pool, validation = split_pool(real_pool())
+    records, generated = test_facts(pool, n)
+    check_disjoint(validation, records)
+    counts = {name: sum(dataset_of(r) == name for r in records) for name in ("zsre", "counterfact")}
+    return write_facts(records, f"facts-{n}.jsonl"), generated, counts
+
+
+def validation_file() -> Path:
+    return write_facts(split_pool(real_pool())[1], "facts-val.jsonl")
 
 
 def run_one(model: str, n: int, method: str, facts: Path, extra: list[str]) -> dict:
@@ -52,7 +101,7 @@ def run_one(model: str, n: int, method: str, facts: Path, extra: list[str]) -> d
     out = OUT / name
     command = [sys.executable, "-m", "cli.main", "-q", "edit", method, "-m", model, "-d", str(facts), "-n", str(n),
                "-o", str(out), "--overwrite", "--config", "examples/eamet/config.yaml",
-               "--set", f"stats_dir={OUT / 'stats'}", *extra]
+               "--set", f"stats_dir={OUT / 'stats'}", "--set", f"cov_data={DATA / 'wikitext-2/valid.txt'}", *extra]
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(process.pid, 0)
@@ -66,6 +115,7 @@ def run_one(model: str, n: int, method: str, facts: Path, extra: list[str]) -> d
             "fluency": m.get("fluency"), "seconds": round(m["edit_seconds"], 1), "wall_seconds": round(seconds, 1),
             "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "efficacy_token_acc": m.get("efficacy_token_acc"),
             "efficacy_prob": m.get("efficacy_prob"), "specificity_token_acc": m.get("specificity_token_acc"),
+            "specificity_zsre_per_token": m.get("specificity_zsre_per_token"),
             "alignment_spearman": m.get("alignment_spearman"), "value_nll": m.get("value_nll"),
             "insertion_reach": m.get("insertion_reach"), "unedited_efficacy": base.get("efficacy"),
             "unedited_specificity": base.get("specificity"), "layers": m["layers"]}
@@ -89,12 +139,15 @@ def main() -> None:
     # single-threaded processes lose less to OpenMP synchronisation than one two-threaded process)
     workers = 2 if os.environ.get("PARALLEL") == "1" else 1
     for model, n, extra in plan:
-        facts, generated = facts_file(n)
+        facts, generated, counts = facts_file(n)
         todo = [m for m in ("memit", "eamet") if (model, n, m.upper()) not in done]
         with ThreadPoolExecutor(workers) as pool:
             measured = list(pool.map(lambda m: run_one(model, n, m, facts, extra + method_extra[m]), todo))
         for row in measured:
             row["generated_facts"] = generated
+            # the pool is zsRE first: the dataset most facts come from, and the exact counts beside it
+            row["dataset"] = max(counts, key=counts.get)
+            row["facts_by_dataset"] = counts
             rows.append(row)
             print(json.dumps(row), flush=True)
         results.write_text(json.dumps({"rows": rows}, indent=2))

@@ -5,8 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=runs/repro-obr
-DATA=${DATA:-../shared/data/wikitext-2}
-[ -d "$DATA" ] || DATA=/work/shared/data/wikitext-2
+DATA=${DATA:-${ICLRKIT_DATA:-../shared/data}/wikitext-2}  # data root: $ICLRKIT_DATA, default ../shared/data
 VALID=$DATA/valid.txt; TEST=$DATA/test.txt
 MODELS=${MODELS:-"llama-small smollm2-135m"}
 [ "${FRESH:-0}" = 1 ] && rm -rf "$OUT"
