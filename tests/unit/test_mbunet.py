@@ -7,25 +7,21 @@ import torch
 
 from toolkit.core.errors import BadInputError
 from toolkit.segment import kernels
+from toolkit.segment.budget import choose_mask_ratios, layer_bitops, total_bitops, uniform_gains, zero_fractions
 from toolkit.segment.data import load_folder, procedural_scenes
 from toolkit.segment.mbunet import (
     QuantBlock,
     SignSTE,
     UNet,
     bn_affine,
-    choose_mask_ratios,
     iou_per_class,
-    layer_bitops,
     load_model,
     mean_iou,
     quantize_weight,
     save_model,
-    total_bitops,
-    train_steps,
-    uniform_gains,
-    zero_fractions,
 )
 from toolkit.segment.packed import convert, fold_threshold, load_packed, save_packed
+from toolkit.segment.train import train_steps
 
 
 def test_quantize_binary_and_masked():

@@ -1,0 +1,153 @@
+"""`iclrkit segment mbunet train`: augmentation, the training loop and the run (masked / binary / fp32).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.errors import RunError
+from toolkit.segment.budget import (
+    choose_mask_ratios,
+    layer_bitops,
+    probe_mask_gains,
+    total_bitops,
+    uniform_gains,
+    zero_fractions,
+)
+from toolkit.segment.mbunet import ARCH_FILE, WEIGHTS_FILE, UNet, iou_per_class, mean_iou, predict, save_model
+
+
+def augment(images: torch.Tensor, masks: torch.Tensor, generator: torch.Generator):
+    """Random horizontal and vertical flips (exact for masks)."""
+    if torch.rand(1, generator=generator).item() < 0.5:
+        images, masks = images.flip(-1), masks.flip(-1)
+    if torch.rand(1, generator=generator).item() < 0.5:
+        images, masks = images.flip(-2), masks.flip(-2)
+    return images, masks
+
+
+def train_steps(model: UNet, images: torch.Tensor, masks: torch.Tensor, steps: int, batch_size: int, lr: float,
+                seed: int, device: str = "cpu", progress=None, start: int = 0, total: int | None = None,
+                optimizer: torch.optim.Optimizer | None = None) -> tuple[list[float], torch.optim.Optimizer]:
+    """Adam with a cosine learning-rate schedule over `total` steps (this call runs steps start..start+steps)."""
+    total = total or steps
+    optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed + start)
+    model.train()
+    losses = []
+    iterator = range(start, start + steps)
+    for step in (progress(iterator, total=steps, description="train") if progress else iterator):
+        for group in optimizer.param_groups:
+            group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / total))
+        idx = torch.randint(0, len(images), (min(batch_size, len(images)),), generator=generator)
+        x, y = augment(images[idx], masks[idx], generator)
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        if not torch.isfinite(loss):
+            raise RunError(f"training diverged at step {step} (loss {loss.item()})", "lower lr")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, optimizer
+
+
+class MBUNetTrainConfig(BaseConfig):
+    """Train an MBU-Net (masked binary), a plain binary or an fp32 U-Net on a folder of images + PNG masks or on
+    the procedural benchmark. Masked: cost-aware greedy masking within `mask_budget`; with the paper's uniform
+    sensitivity (`mask_search=cost`) the masks are fixed before training and train from step 0; with measured gains
+    (`probe`) the network first trains binary for `warmup_fraction` of the steps (paper: arXiv 2601.11660; the
+    official harness github.com/ChunshuWu/MBU-Net has no training code, so the schedule here is ours)."""
+
+    data: str = "procedural"  # `procedural` or a folder with images/ and masks/
+    variant: Literal["masked", "binary", "fp32"] = "masked"
+    num_classes: int | None = Field(None, ge=2)  # default: 4 procedural, else max mask value + 1
+    size: int = Field(64, ge=16)  # training resolution (multiple of 2^depth)
+    n_images: int = Field(600, ge=2)  # procedural scenes to generate
+    val_fraction: float = Field(0.2, gt=0, lt=1)
+    width: int = Field(16, ge=2)  # channels of the first level (doubles per level)
+    depth: int = Field(3, ge=1, le=5)
+    steps: int = Field(1500, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(2e-3, gt=0)
+    mask_rule: Literal["ratio", "threshold"] = "ratio"  # zero a fixed fraction per channel, or TWN |w| <= m·mean|w|
+    mask_search: Literal["cost", "probe"] = "cost"  # cost: uniform sensitivity (paper); probe: measured loss gains
+    mask_ratio: float = Field(0.5, gt=0)  # cost search: the mask given to chosen layers (fraction, or TWN factor)
+    mask_budget: float = Field(0.5, ge=0)  # extra bit-ops allowed, as a fraction of the all-binary network's
+    warmup_fraction: float = Field(0.5, ge=0, lt=1)  # probe search: share of steps trained binary before probing
+    mask_candidates: list[float] = [0.3, 0.5, 0.7]  # probe search: masks tried per layer
+    mask_ratios: dict[str, float] | None = None  # fixed ratios per layer: skips the search
+    probe_images: int = Field(32, ge=1)  # training images the search scores gains on
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.size % (2**self.depth):
+            raise ValueError(f"size {self.size} must be a multiple of 2^depth = {2**self.depth}")
+        masks = self.mask_candidates + [self.mask_ratio] + list((self.mask_ratios or {}).values())
+        if self.mask_rule == "ratio" and any(not 0 <= r < 1 for r in masks):
+            raise ValueError("mask ratios must lie in [0, 1)")
+        if self.mask_rule == "threshold" and any(not 0 <= r < 3 for r in masks):
+            raise ValueError("TWN threshold factors must lie in [0, 3)")
+        return self
+
+
+def train(config: MBUNetTrainConfig, ctx) -> dict:
+    from toolkit.segment.data import load_dataset, split
+
+    data = load_dataset(config.data, config.size, config.num_classes, config.n_images, ctx.seed)
+    train_set, val_set = split(data, config.val_fraction, ctx.seed)
+    model = UNet(config.width, config.depth, data.num_classes, config.variant, config.mask_rule).to(ctx.device)
+    costs = layer_bitops(model, config.size) if config.variant != "fp32" else {}
+    progress = ctx.progress
+    fit = {"batch_size": config.batch_size, "lr": config.lr, "seed": ctx.seed, "device": ctx.device,
+           "progress": progress, "total": config.steps}
+    gains: dict = {}
+    if config.variant == "masked":
+        probing = config.mask_ratios is None and config.mask_search == "probe"
+        if config.mask_ratios is not None:
+            model.set_mask_ratios(config.mask_ratios)
+        elif not probing:
+            model.set_mask_ratios(choose_mask_ratios(uniform_gains(costs, config.mask_ratio), costs,
+                                                     config.mask_budget))
+        warm = int(config.steps * config.warmup_fraction) if probing else 0
+        losses, optimizer = train_steps(model, train_set.images, train_set.masks, warm, start=0, **fit)
+        if probing:
+            probe = slice(0, config.probe_images)  # training images: the validation set stays unseen
+            gains = probe_mask_gains(model, train_set.images[probe].to(ctx.device),
+                                     train_set.masks[probe].to(ctx.device), config.mask_candidates)
+            model.set_mask_ratios(choose_mask_ratios(gains, costs, config.mask_budget))
+        more, _ = train_steps(model, train_set.images, train_set.masks, config.steps - warm, start=warm,
+                              optimizer=optimizer, **fit)
+        losses += more
+    else:
+        losses, _ = train_steps(model, train_set.images, train_set.masks, config.steps, start=0, **fit)
+    per_class = iou_per_class(predict(model, val_set.images, device=ctx.device), val_set.masks, data.num_classes)
+    model.cpu()
+    save_model(model, ctx.out, {"class_names": data.names, "size": config.size})
+    ctx.artifacts += [WEIGHTS_FILE, ARCH_FILE]
+    binary_ops = sum(costs.values())
+    metrics = {
+        "variant": config.variant,
+        "miou": mean_iou(per_class),
+        "iou": {name: (None if v is None else 100 * v) for name, v in zip(data.names, per_class)},
+        "loss_first": losses[0] if losses else None,
+        "loss_last": sum(losses[-20:]) / max(1, len(losses[-20:])) if losses else None,
+        "mask_rule": model.mask_rule,
+        "mask_ratios": model.mask_ratios(),
+        "zero_fraction": zero_fractions(model),
+        "bitops_vs_binary": total_bitops(costs, model.mask_ratios()) / binary_ops if binary_ops else None,
+        "train_images": len(train_set.images), "val_images": len(val_set.images),
+    }
+    if config.variant == "masked":
+        (ctx.path("mask_search.json")).write_text(json.dumps(
+            {"search": "fixed" if config.mask_ratios is not None else config.mask_search,
+             "gains": {k: {str(r): g for r, g in v.items()} for k, v in gains.items()}, "bitops": costs,
+             "chosen": model.mask_ratios()}, indent=2))
+    ctx.metrics.update(metrics)
+    return metrics
