@@ -47,8 +47,8 @@ def train(
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False,
 ) -> None:
-    from toolkit.segment.mbunet import MBUNetTrainConfig
-    from toolkit.segment.mbunet import train as run_train
+    from toolkit.segment.train import MBUNetTrainConfig
+    from toolkit.segment.train import train as run_train
 
     execute(technique="segment.mbunet.train", config_cls=MBUNetTrainConfig,
             flags={"data": data, "variant": variant, "steps": steps, "size": size, "width": width,
