@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from toolkit.core.errors import require
+from toolkit.core.errors import BadInputError, require
 from toolkit.merge.deepen import depth_of
 from toolkit.merge.models import (
     PlainModel,
@@ -74,3 +74,119 @@ def finish(ctx, parents: list[PlainModel], template: PlainModel, state: dict[str
             ctx.baselines[f"parent{index}"] = scores
     ctx.metrics["n_models"] = len(parents)
     return merged
+
+
+# -- streaming merges: one tensor of each input at a time, straight into the output shards --------------------------
+
+STREAM_CHUNK = 1 << 22  # float64 elements per row chunk of an elementwise merge (32 MB)
+STREAM_SHARD_BYTES = 2 * 10**9  # output shard size (as transformers' default max_shard_size)
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def streamable(specs: list[str]) -> bool:
+    """True when every model is a local Hugging Face safetensors directory without a held-out task to score (the
+    LM merge zoo's models are scored on their texts, which needs them loaded): those merges can stream."""
+    import json
+
+    from toolkit.merge.models import PLAIN_KEY
+    from toolkit.models.lazy import is_safetensors_dir
+
+    for spec in specs:
+        if not is_safetensors_dir(spec):
+            return False
+        try:
+            config = json.loads((Path(spec) / "config.json").read_text())
+        except ValueError:
+            return False
+        if PLAIN_KEY in config or ((config.get("iclrkit") or {}).get("task") or {}).get("heldout"):
+            return False
+    return True
+
+
+def stream_merge(ctx, kind: str, specs: list[str], base_spec: str | None, technique: str, paper: str,
+                 metadata: dict, *, weights: list[float] | None = None, scaling: float = 1.0, density: float = 0.2,
+                 dtype: str = "auto", max_shard_bytes: int | None = None) -> None:
+    """`average` / `task-arithmetic` / `ties` read tensor by tensor (safetensors, row chunks for the elementwise
+    merges) and written into the output shards as they are made, in the inputs' dtype unless `dtype` says;
+    peak memory is a few tensors (TIES: a few float64 copies of the largest tensor, its top-k is global)."""
+    import json
+
+    from toolkit.merge import baselines
+    from toolkit.models.lazy import SafetensorsIndex, ShardWriter, copy_model_files
+    from toolkit.models.save import CARD
+
+    require(len(specs) >= 2, "a merge needs at least two models")
+    require(dtype == "auto" or dtype in DTYPES, f"dtype must be auto, {', '.join(DTYPES)}; got {dtype!r}")
+    inputs = [SafetensorsIndex(spec) for spec in specs]
+    base = SafetensorsIndex(base_spec) if base_spec is not None else None
+    template = base or inputs[0]
+    everyone = inputs + ([base] if base is not None else [])
+    types = {json.loads((i.directory / "config.json").read_text()).get("model_type") for i in everyone}
+    require(len(types) == 1, f"models of incompatible families cannot be merged: {sorted(map(str, types))}")
+    names = template.names()
+    for index in everyone:
+        require(set(index.names()) == set(names), f"{index.directory} and {template.directory} have different "
+                "parameter names: not one architecture family")
+        for name in names:
+            require(index.shape_of[name] == template.shape_of[name],
+                    f"'{name}' has shapes {template.shape_of[name]} and {index.shape_of[name]}: models of "
+                    "different sizes", hint="use `iclrkit merge padded` or `iclrkit merge latent run`")
+    if kind == "average":
+        weights = baselines.normalise_weights(weights, len(inputs))
+    densities = baselines.ties_densities(len(inputs), density, None, None) if kind == "ties" else None
+    out_dtype = template.dtype if dtype == "auto" else DTYPES[dtype]
+    layout = [(n, out_dtype if template.dtype_of[n].is_floating_point else template.dtype_of[n],
+               template.shape_of[n]) for n in names]
+    out = ctx.path("model")
+    writer = ShardWriter(out, layout, max_shard_bytes or STREAM_SHARD_BYTES)
+
+    def read(index, name, rows=None):
+        tensor = index.get(name) if rows is None else index.get_rows(name, *rows)
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise BadInputError(f"{index.directory}: weight '{name}' contains NaN or Inf")
+        return tensor
+
+    def merge(name, rows=None):
+        tensors = [read(i, name, rows) for i in inputs]
+        if kind == "average":
+            return baselines.average_tensor(tensors, weights, out_dtype if tensors[0].is_floating_point() else None)
+        reference = read(base, name, rows)
+        cast = out_dtype if reference.is_floating_point() else None
+        if kind == "task-arithmetic":
+            return baselines.task_arithmetic_tensor(tensors, reference, scaling, dtype=cast)
+        return baselines.ties_tensor(tensors, reference, densities, scaling, dtype=cast)
+
+    try:
+        for name in names:
+            shape = template.shape_of[name]
+            row = 1
+            for dim in shape[1:]:
+                row *= dim
+            if kind != "ties" and len(shape) >= 1 and shape[0] * row > STREAM_CHUNK:
+                step = max(1, STREAM_CHUNK // max(row, 1))
+                merged = torch.cat([merge(name, (r, min(r + step, shape[0]))) for r in range(0, shape[0], step)])
+            else:
+                merged = merge(name)
+            require(not merged.is_floating_point() or bool(torch.isfinite(merged).all()),
+                    f"the merge produced NaN/Inf in '{name}'")
+            writer.add({name: merged})
+            del merged
+        writer.close()
+    except BaseException:
+        writer.abort()
+        for folder in (out, out.parent):  # leave nothing behind (the run directory too, when this made it)
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+    meta = {"technique": technique, "parents": [str(s) for s in specs], **metadata}
+    extra = {"iclrkit": meta}
+    config = json.loads((template.directory / "config.json").read_text())
+    for key in ("dtype", "torch_dtype"):
+        if key in config:
+            extra[key] = str(out_dtype).removeprefix("torch.")
+    copy_model_files(template.directory, out, extra)
+    (out / "README.md").write_text(CARD.format(title=f"{technique}: merged", technique=technique,
+                                               source=" + ".join(str(s) for s in specs), paper=paper or "-",
+                                               command="-", notes="Streamed merge (one tensor at a time)."))
+    ctx.metrics.update({"n_models": len(inputs), "streamed": True,
+                        "dtype": str(out_dtype).removeprefix("torch."), "bytes_written": writer.total_bytes})
