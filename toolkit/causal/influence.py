@@ -36,9 +36,11 @@ class InfluenceConfig(BaseConfig):
 
     sem: str = Field(description="Model spec (.yaml/.json with variables, parents, CPTs, roles) or example:1..4.")
     data: str | None = Field(None, description="Observational CSV: CPTs are fitted on it (Eq. 10) instead of "
-                                                  "read from the spec, which then only needs the graph.")
-    variables: list[str] | None = Field(None, description="Actionable variables to measure (default: all).")
-    given: dict[str, str | int] = Field({}, description="Conditional InP: values observed before the decision.")
+                                                  "read from the spec, which then only needs the graph.",
+                             json_schema_extra={"short": "-d"})
+    variables: list[str] | None = Field(None, description="Actionable variable to measure (repeatable; default: "
+                                                          "all).", json_schema_extra={"flag": "--variable"})
+    given: dict[str, str | int] = Field({}, description="Conditional InP: a value observed before the decision.")
     method: Literal["exact", "mcts", "both"] = Field("both", description="exact enumeration, UCT, or both.")
     iterations: int = Field(2000, ge=1, description="UCT iterations per variable.")
     alpha: float = Field(math.sqrt(2), ge=0, description="UCT exploration constant (paper: √2).")

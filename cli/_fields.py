@@ -1,0 +1,149 @@
+"""Typer commands generated from a technique's pydantic Config: each knob is declared once, on its field.
+
+    class InfluenceConfig(BaseConfig):
+        iterations: int = Field(2000, ge=1, description="UCT iterations per variable.")
+        variables: list[str] | None = Field(None, description="...", json_schema_extra={"flag": "--variable"})
+
+    config_command(app, "influence", config=InfluenceConfig, run="toolkit.causal.influence:run",
+                   flags=["sem", "data", "variables", "iterations"], technique="causal.influence", help=..., epilog=...)
+
+A field becomes `--field-name` (or its `flag`, plus `short`), typed as the field (Optional: None = not typed, so
+the config layers below the flags win), with the field's description as help; Literal fields list their choices;
+bool fields are `--x/--no-x` switches; dict fields are repeated KEY=VALUE. A field with no default is a required
+option. The config class must live in a module that does not import torch (the CLI imports it to build --help);
+`run` and `plan` are "module:function" strings imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, Optional, Union
+
+import typer
+
+from cli._options import (
+    ConfigOpt,
+    DeviceOpt,
+    DryRunOpt,
+    DtypeOpt,
+    JsonOpt,
+    OptionalOutOpt,
+    OutOpt,
+    OverwriteOpt,
+    ResumeOpt,
+    SeedOpt,
+    SetOpt,
+)
+
+COMMON = {"out": OutOpt, "config": ConfigOpt, "set_": SetOpt, "seed": SeedOpt, "device": DeviceOpt,
+          "dtype": DtypeOpt, "dry_run": DryRunOpt, "json_": JsonOpt, "overwrite": OverwriteOpt, "resume": ResumeOpt}
+COMMON_DEFAULTS = {"dry_run": False, "json_": False, "overwrite": False, "resume": False}
+STANDARD = ("out", "config", "set_", "seed", "device", "dry_run", "json_", "overwrite")
+
+
+def _import(spec: str | Callable) -> Callable:
+    if callable(spec):
+        return spec
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
+    """(Annotated type for Typer, converter from the typed value to the config value) for one field."""
+    field = config_cls.model_fields[name]
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if not field.description:
+        raise TypeError(f"{config_cls.__name__}.{name} needs a description to become a flag")
+    flag = extra.get("flag", "--" + name.replace("_", "-"))
+    decls = [flag] + ([extra["short"]] if extra.get("short") else [])
+    help_text = field.description
+    base = _unwrap_optional(field.annotation)
+    origin = typing.get_origin(base)
+    convert: Callable[[Any], Any] = lambda value: value  # noqa: E731
+    if base is bool:
+        stem = flag.removeprefix("--")
+        decls = [f"--{stem}/--no-{stem}"] + decls[1:]
+        kind: Any = Optional[bool]
+    elif origin is Literal:
+        choices = [str(c) for c in typing.get_args(base)]
+        help_text = f"{help_text} One of: {' | '.join(choices)}."
+        kind = Optional[str]
+    elif origin in (list, tuple):
+        item = (typing.get_args(base) or (str,))[0]
+        kind = Optional[list[item if item in (str, int, float) else str]]
+        convert = lambda value: list(value) if value else None  # noqa: E731
+    elif origin is dict or base is dict:
+        kind = Optional[list[str]]
+        help_text = f"{help_text} (NAME=VALUE, repeatable)"
+        convert = _key_values(flag)
+    elif base in (int, float, str, Path):
+        kind = Optional[base]
+    else:
+        kind = Optional[str]
+    return Annotated[kind, typer.Option(*decls, help=help_text)], convert
+
+
+def _key_values(flag: str) -> Callable[[Any], Any]:
+    def convert(items):
+        if not items:
+            return None
+        from toolkit.core.errors import BadInputError
+
+        parsed = {}
+        for item in items:
+            if "=" not in item:
+                raise BadInputError(f"{flag} expects NAME=VALUE, got {item!r}")
+            key, value = item.split("=", 1)
+            parsed[key.strip()] = value.strip()
+        return parsed
+
+    return convert
+
+
+def config_command(app: typer.Typer, name: str, *, config: type, run: str | Callable, technique: str, help: str,
+                   epilog: str | None = None, flags: list[str] = (), common: tuple[str, ...] = STANDARD,
+                   plan: str | Callable | None = None, inputs: Callable[[dict], dict] | None = None,
+                   needs_out: bool = True, optional_out: bool = False) -> Callable:
+    """Register `name` on `app`: its options come from `flags` (field names of `config`) plus the common ones."""
+    params, converters = [], {}
+    for field_name in flags:
+        annotation, convert = option_for(config, field_name)
+        field = config.model_fields[field_name]
+        default = inspect.Parameter.empty if field.is_required() else None
+        params.append(inspect.Parameter(field_name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                        annotation=annotation))
+        converters[field_name] = convert
+    for option in common:
+        annotation = OptionalOutOpt if option == "out" and optional_out else COMMON[option]
+        params.append(inspect.Parameter(option, inspect.Parameter.KEYWORD_ONLY,
+                                        default=COMMON_DEFAULTS.get(option), annotation=annotation))
+
+    def command(**values: Any) -> None:
+        from cli._runner import Common, execute, fail
+
+        try:
+            typed = {k: converters[k](values[k]) for k in converters}
+        except Exception as exc:  # noqa: BLE001 - a bad flag value is reported like every other bad input
+            fail(exc)
+        execute(technique=technique, config_cls=config, flags=typed, common=Common.of(values), run=_import(run),
+                inputs=inputs(typed) if inputs else None, plan=_import(plan) if plan else None, needs_out=needs_out)
+
+    command.__name__ = name.replace("-", "_")
+    command.__doc__ = help
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    app.command(name, help=help, epilog=epilog)(command)
+    return command
