@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from cli._llm_options import ConcurrencyOpt, server_concurrency
 from cli._options import ConfigOpt, DeviceOpt, DryRunOpt, DtypeOpt, JsonOpt, OutOpt, OverwriteOpt, SeedOpt, SetOpt
 from cli._runner import Common, execute
 
@@ -36,16 +37,18 @@ def mhlp(
                                                       "the samples; classification).")] = None,
     chat: Annotated[Optional[bool], typer.Option("--chat/--no-chat", help="Use the chat template for generation "
                                                  "and scoring (instruct models; local models only).")] = None,
+    concurrency: ConcurrencyOpt = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
     overwrite: OverwriteOpt = False,
 ) -> None:
     from toolkit.prompt.run import MHLPConfig, run_mhlp
 
-    execute(technique="prompt.mhlp", config_cls=MHLPConfig,
-            flags={"task_model": task_model, "proposer_model": proposer_model, "data": data, "steps": steps,
-                   "burn_in": burn_in, "thinning": thinning, "chains": chains, "beta": beta,
-                   "initial_prompt": initial_prompt, "meta_prompt": meta_prompt, "eval_size": eval_size,
-                   "train_size": train_size, "predictive": predictive, "chat": chat},
-            common=Common.of(locals()),
-            run=run_mhlp, inputs={"data": data})
+    with server_concurrency(concurrency):
+        execute(technique="prompt.mhlp", config_cls=MHLPConfig,
+                flags={"task_model": task_model, "proposer_model": proposer_model, "data": data, "steps": steps,
+                       "burn_in": burn_in, "thinning": thinning, "chains": chains, "beta": beta,
+                       "initial_prompt": initial_prompt, "meta_prompt": meta_prompt, "eval_size": eval_size,
+                       "train_size": train_size, "predictive": predictive, "chat": chat},
+                common=Common.of(locals()),
+                run=run_mhlp, inputs={"data": data})

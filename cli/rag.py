@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from cli._llm_options import ConcurrencyOpt, server_concurrency
 from cli._options import (
     ConfigOpt,
     DeviceOpt,
@@ -56,16 +57,18 @@ def synth(
     top_k: TopKOpt = None, limit: LimitOpt = None,
     max_depth: Annotated[Optional[int], typer.Option(help="Most sub-questions per path.")] = None,
     decompose: Annotated[Optional[str], typer.Option(help="auto | gold | model: where sub-questions come from.")] = None,
+    concurrency: ConcurrencyOpt = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
     overwrite: OverwriteOpt = False,
 ) -> None:
     from toolkit.rag.deeprag import SynthConfig, run_synth
 
-    execute(technique="rag.deeprag.synth", config_cls=SynthConfig,
-            flags={"model": model, "data": data, "index": index, "top_k": top_k, "limit": limit,
-                   "max_depth": max_depth, "decompose": decompose},
-            common=Common.of(locals()), run=run_synth, inputs={"data": data})
+    with server_concurrency(concurrency):
+        execute(technique="rag.deeprag.synth", config_cls=SynthConfig,
+                flags={"model": model, "data": data, "index": index, "top_k": top_k, "limit": limit,
+                       "max_depth": max_depth, "decompose": decompose},
+                common=Common.of(locals()), run=run_synth, inputs={"data": data})
 
 
 @deeprag.command("train", help="Imitation learning (SFT, retrieved context masked) then chain of calibration (DPO).",
@@ -96,14 +99,16 @@ def run(
     methods: Annotated[Optional[str], typer.Option(help="Comma list of deeprag, always, never, single.")] = None,
     top_k: TopKOpt = None, limit: LimitOpt = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Most sub-questions per answer.")] = None,
+    concurrency: ConcurrencyOpt = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
     overwrite: OverwriteOpt = False,
 ) -> None:
     from toolkit.rag.deeprag import RunConfig, run_run
 
-    execute(technique="rag.deeprag.run", config_cls=RunConfig,
-            flags={"model": model, "data": data, "index": index, "top_k": top_k, "limit": limit,
-                   "max_steps": max_steps,
-                   "methods": [m.strip() for m in methods.split(",") if m.strip()] if methods else None},
-            common=Common.of(locals()), run=run_run, inputs={"data": data})
+    with server_concurrency(concurrency):
+        execute(technique="rag.deeprag.run", config_cls=RunConfig,
+                flags={"model": model, "data": data, "index": index, "top_k": top_k, "limit": limit,
+                       "max_steps": max_steps,
+                       "methods": [m.strip() for m in methods.split(",") if m.strip()] if methods else None},
+                common=Common.of(locals()), run=run_run, inputs={"data": data})

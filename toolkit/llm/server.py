@@ -1,7 +1,10 @@
 """A tiny loopback OpenAI-compatible server for tests and offline demos: /v1/models, /v1/completions (with
 logprobs and echo) and /v1/chat/completions, answering from a script or from a local HF backend.
 
-It binds 127.0.0.1 only and serves until `stop()`.
+It binds 127.0.0.1 only and serves until `stop()`. For tests of clients it counts the requests in flight
+(`max_in_flight`), can hold each request until `gate` of them are in flight at once (so a concurrent client shows its
+concurrency without timing luck; a sequential one is released after `gate_timeout`), and with `refuse_echo` answers
+echo requests as llama.cpp's server does (HTTP 400 "Only no echo is supported").
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ class LoopbackServer:
 
     A scripted `reply(prompt) -> text` serves generation; scoring needs a backend (it reports real log-probs)."""
 
-    def __init__(self, reply: Reply | None = None, backend=None, model_name: str = "loopback"):
+    def __init__(self, reply: Reply | None = None, backend=None, model_name: str = "loopback",
+                 refuse_echo: bool = False, gate: int = 0, gate_timeout: float = 10.0):
         if reply is None and backend is None:
             raise ValueError("give a scripted reply function or a backend")
         self.reply, self.backend, self.model_name = reply, backend, model_name
+        self.refuse_echo, self.gate, self.gate_timeout = refuse_echo, gate, gate_timeout
         self.requests: list[dict] = []
+        self.in_flight = self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._gate_open = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -109,12 +117,29 @@ class LoopbackServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                server.requests.append({"path": self.path, **body})
+                with server._lock:
+                    server.requests.append({"path": self.path, **body})
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    if server.in_flight >= server.gate:
+                        server._gate_open.set()
+                try:
+                    if server.gate > 1:
+                        server._gate_open.wait(server.gate_timeout)
+                    code, payload = self._answer(body)
+                finally:  # before the reply is sent: the client may send its next request as soon as it has it
+                    with server._lock:
+                        server.in_flight -= 1
+                self._send(code, payload)
+
+            def _answer(self, body: dict) -> tuple[int, dict]:
+                if server.refuse_echo and body.get("echo"):
+                    return 400, {"error": {"code": 400, "message": "Only no echo is supported",
+                                           "type": "invalid_request_error"}}
                 if self.path.endswith("/chat/completions"):
-                    self._send(200, server._chat(body))
-                elif self.path.endswith("/completions"):
-                    self._send(200, server._complete(body))
-                else:
-                    self._send(404, {"error": {"message": "not found"}})
+                    return 200, server._chat(body)
+                if self.path.endswith("/completions"):
+                    return 200, server._complete(body)
+                return 404, {"error": {"message": "not found"}}
 
         return Handler
