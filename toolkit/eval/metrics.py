@@ -1,7 +1,9 @@
-"""Shared metrics: exact match / token F1 (SQuAD normalisation), accuracy, ECE, Brier, AUROC."""
+"""Shared metrics: exact match / token F1 (SQuAD normalisation), accuracy, ECE, Brier, AUROC (scikit-learn),
+ROUGE-L (rouge-score, as MUSE calls it)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from collections import Counter
@@ -70,11 +72,31 @@ def brier_score(probs, labels) -> float:
 
 
 def auroc(scores, positives) -> float:
-    """Probability that a random positive scores above a random negative (ties count one half)."""
+    """Area under the ROC curve (scikit-learn's roc_auc_score): the probability that a random positive scores above
+    a random negative, ties counting one half."""
+    from sklearn.metrics import roc_auc_score
+
     scores, positives = np.asarray(scores, dtype=float), np.asarray(positives).astype(bool)
-    pos, neg = scores[positives], scores[~positives]
-    if len(pos) == 0 or len(neg) == 0:
+    if positives.all() or not positives.any():
         raise BadInputError("AUROC needs at least one positive and one negative example")
-    greater = (pos[:, None] > neg[None, :]).sum()
-    ties = (pos[:, None] == neg[None, :]).sum()
-    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
+    return float(roc_auc_score(positives, scores))
+
+
+def rouge_l(prediction: str, reference: str) -> dict[str, float]:
+    """ROUGE-L precision, recall and F1 of `prediction` against `reference` with the `rouge-score` package, called
+    as MUSE does (RougeScorer, use_stemmer=False, score(reference, prediction)). Its default tokenizer lower-cases
+    and keeps only [a-z0-9] runs: `snake_case` is two words, `café` becomes `caf`, and text without ASCII letters or
+    digits (Cyrillic, Greek, CJK) has no tokens and scores 0, in MUSE as here."""
+    score = _rouge_scorer().score(reference, prediction)["rougeL"]
+    return {"precision": float(score.precision), "recall": float(score.recall), "f1": float(score.fmeasure)}
+
+
+@functools.cache
+def _rouge_scorer():
+    try:
+        from rouge_score import rouge_scorer
+    except ImportError:
+        from toolkit.core.errors import ResourceError
+
+        raise ResourceError("ROUGE-L needs the 'rouge-score' package", "pip install rouge-score") from None
+    return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)

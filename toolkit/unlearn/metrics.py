@@ -1,19 +1,11 @@
-"""MUSE-style metrics, computed here without extra packages: ROUGE-L via LCS, Min-k% membership score, PrivLeak."""
+"""MUSE-style metrics: ROUGE-L (rouge-score, toolkit.eval.metrics.rouge_l, re-exported), Min-k% membership score,
+PrivLeak."""
 
 from __future__ import annotations
 
-import re
-
 import torch
 
-from toolkit.eval.metrics import auroc
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased alphanumeric tokens (what the rouge-score package compares, without stemming)."""
-    return _WORD.findall(text.lower())
+from toolkit.eval.metrics import auroc, rouge_l  # noqa: F401 - rouge_l re-exported for MUSE callers
 
 
 def lcs_length(a: list[str], b: list[str]) -> int:
@@ -27,16 +19,6 @@ def lcs_length(a: list[str], b: list[str]) -> int:
             current.append(previous[j - 1] + 1 if x == y else max(previous[j], current[j - 1]))
         previous = current
     return previous[-1]
-
-
-def rouge_l(prediction: str, reference: str) -> dict[str, float]:
-    """ROUGE-L precision, recall and F1 of a prediction against one reference."""
-    pred, ref = words(prediction), words(reference)
-    lcs = lcs_length(pred, ref)
-    precision = lcs / len(pred) if pred else 0.0
-    recall = lcs / len(ref) if ref else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1}
 
 
 def min_k_score(token_logprobs: torch.Tensor, k: float) -> float:
