@@ -50,6 +50,7 @@ class CompressConfig(BaseConfig):
     embed_bits: Literal[4, 8, 16] = 16
     embed_group: int = Field(64, gt=0)  # columns per scale of the embeddings / LM head
     solve_dtype: Literal["float32", "float64"] = "float32"  # Hessian accumulation and solves
+    onload: bool = False  # one block in memory at a time, read from a local safetensors dir (_run_compress_onloaded)
 
     @field_validator("w_bits", "a_bits", "kv_bits")
     @classmethod
@@ -178,6 +179,8 @@ def plan(config: CompressConfig, ctx) -> dict:
     from toolkit.models.adapters import adapter_for, get_layers, linear_weight
     from toolkit.models.source import load_model
 
+    if config.onload:
+        return _plan_onloaded(config, ctx)
     model, _ = load_model(config.model, "cpu", None, with_tokenizer=False)
     adapter = adapter_for(model)
     layers = get_layers(model, adapter)
@@ -202,6 +205,9 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     from toolkit.compress.quant import activation_quant, kv_cache_quant
     from toolkit.models.adapters import adapter_for, get_layers
     from toolkit.models.source import load_model
+
+    if config.onload:
+        return _run_compress_onloaded(config, ctx)
 
     # the model (and its forwards) in --dtype; Hessians and solves in solve_dtype; weights written back in --dtype
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
@@ -244,7 +250,7 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     return ctx.metrics
 
 
-def _compress_all(model, adapter, windows, config, ctx):
+def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None, summary=None):
     """Run the sequential pipeline; returns ({linear path: scales [out] or [out, groups]}, achieved sparsity over
     block linears, {linear path: g_idx} for activation-ordered groups)."""
     import torch
@@ -285,8 +291,21 @@ def _compress_all(model, adapter, windows, config, ctx):
         if checkpoints is not None and block_scales:
             save_file(block_scales, str(checkpoints / f"scales_{step.index}.safetensors"))
 
-    run_sequential(model, windows, on_block, device=ctx.device, checkpoint_dir=checkpoints, resume=ctx.resume,
-                   fingerprint=_run_fingerprint(config, model), progress=ctx.progress)
+    if lazy is not None:  # onloaded: blocks read, compressed, counted and written one at a time
+        from toolkit.nn.pipeline import run_sequential_onloaded
+
+        def counted(step):
+            on_block(step)
+            for path in adapter.block_linears():
+                weight = linear_weight(step.block.get_submodule(path), adapter.conv1d)
+                counts["kept"] += int((weight != 0).sum())
+                counts["total"] += weight.numel()
+
+        (summary if summary is not None else {}).update(run_sequential_onloaded(
+            lazy, windows, counted, device=ctx.device, out_dir=out_dir, progress=ctx.progress))
+    else:
+        run_sequential(model, windows, on_block, device=ctx.device, checkpoint_dir=checkpoints, resume=ctx.resume,
+                       fingerprint=_run_fingerprint(config, model), progress=ctx.progress)
     if checkpoints is not None:
         for path in sorted(checkpoints.glob("scales_*.safetensors")):
             for name, value in load_file(str(path)).items():
@@ -294,7 +313,7 @@ def _compress_all(model, adapter, windows, config, ctx):
     for name in [name for name in scales if name.endswith(G_IDX)]:
         g_idx[name[:-len(G_IDX)]] = scales.pop(name).long()
     layers = model.get_submodule(prefix)
-    for layer in layers:
+    for layer in (layers if lazy is None else []):
         for path in adapter.block_linears():
             weight = linear_weight(layer.get_submodule(path), adapter.conv1d)
             counts["kept"] += int((weight != 0).sum())
@@ -335,3 +354,83 @@ def _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grid
                          "rotation is folded in, activation/KV quantization is not representable here.\n\n"
                          + dense_card_notes(config, metadata),
                    metadata=metadata)
+
+
+# -- onload=true: per-block onloading from a local safetensors directory (toolkit/models/lazy.py) ----------------
+
+def _onload_source(config):
+    from toolkit.core.errors import BadInputError
+    from toolkit.models.lazy import is_safetensors_dir
+    from toolkit.models.source import resolve_model_path
+
+    source = resolve_model_path(config.model)
+    if not is_safetensors_dir(source):
+        raise BadInputError(f"onload=true needs a local model directory of safetensors files, got {config.model}",
+                            "save the model with save_pretrained first, or drop onload=true")
+    if config.rotate:
+        raise BadInputError("rotate=true needs the whole model in memory; onload=true compresses unrotated",
+                            "set rotate=false with onload=true")
+    if config.embed_bits < 16:
+        raise BadInputError("embed_bits < 16 is not available with onload=true", "keep embed_bits=16")
+    return source
+
+
+def _plan_onloaded(config, ctx) -> dict:
+    """--dry-run with onload=true: the memory plan from config.json alone (no weight is read)."""
+    import torch
+
+    from toolkit.models.memory import plan_memory
+
+    source = _onload_source(config)
+    memory = plan_memory(source, nsamples=config.nsamples, seqlen=config.seqlen, device=ctx.device,
+                         compute_dtype=ctx.torch_dtype or torch.float32,
+                         hessian_dtype=getattr(torch, config.solve_dtype))
+    return {"method": config.method, "onload": True, "blocks": memory["blocks"], "memory": memory,
+            "not_available_with_onload": ["rotation", "perplexity eval (run `iclrkit eval ppl` on the output)",
+                                          "packed export", "--resume"]}
+
+
+def _run_compress_onloaded(config, ctx) -> dict:
+    """compress with one block in memory: the blocks are read from the shards, compressed with the same on_block as
+    the resident path and written to <out>/model as they finish (dense fake-quant export)."""
+    import torch
+
+    from toolkit.core.context import warn_and_record
+    from toolkit.models.lazy import LazyModel, copy_model_files
+    from toolkit.models.save import CARD
+    from toolkit.models.source import load_tokenizer
+
+    source = _onload_source(config)
+    if config.rotate is None:
+        warn_and_record("onload=true compresses unrotated (rotation needs the whole model)")
+    if config.eval_data:
+        warn_and_record("onload=true skips the perplexity eval (it needs the whole model): run `iclrkit eval ppl` "
+                        "on <out>/model")
+    if config.export in ("both", "packed"):
+        warn_and_record("onload=true writes the dense export only (packed export needs the whole model)")
+    lazy = LazyModel(source, dtype=ctx.torch_dtype or torch.float32)
+    tokenizer = load_tokenizer(config.model)
+    ctx.inputs["model"] = config.model
+    windows = _calibration(config, tokenizer, lazy.model, ctx.seed)
+    out_dir = ctx.path("model") if ctx.out is not None and config.export != "none" else None
+    summary: dict = {}
+    started = time.perf_counter()
+    _, kept, _ = _compress_all(lazy.model, lazy.adapter, windows, config, ctx, lazy=lazy, out_dir=out_dir,
+                               summary=summary)
+    seconds = time.perf_counter() - started
+    per_block = summary.get("seconds_per_block", [])
+    ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3), "rotated": False,
+                        "onload": True, "linears": len(lazy.layers) * len(lazy.adapter.block_linears()),
+                        "sparsity": round(kept, 4), "calibration_windows": int(windows.shape[0]),
+                        "seqlen": int(windows.shape[1]), "seconds_per_block": [round(t, 3) for t in per_block]})
+    if out_dir is not None:
+        metadata = {"method": config.method, "w_bits": config.w_bits, "a_bits": config.a_bits,
+                    "kv_bits": config.kv_bits, "sparsity": config.sparsity, "nm": config.nm, "rotation": None,
+                    "embed_bits": 16, "onload": True}
+        copy_model_files(source, out_dir, {"iclrkit": metadata}, dtype=lazy.dtype)
+        (out_dir / "README.md").write_text(CARD.format(
+            title=f"compress.{config.method}: {source.name}", technique=f"compress.{config.method}",
+            source=config.model, paper="https://arxiv.org/abs/2509.11177", command="-",
+            notes="Dense fake-quant export written block by block (onload=true): weights hold the quantized (and "
+                  "pruned) values in float; unrotated."))
+    return ctx.metrics

@@ -179,12 +179,7 @@ def stream_merge(ctx, kind: str, specs: list[str], base_spec: str | None, techni
                 folder.rmdir()
         raise
     meta = {"technique": technique, "parents": [str(s) for s in specs], **metadata}
-    extra = {"iclrkit": meta}
-    config = json.loads((template.directory / "config.json").read_text())
-    for key in ("dtype", "torch_dtype"):
-        if key in config:
-            extra[key] = str(out_dtype).removeprefix("torch.")
-    copy_model_files(template.directory, out, extra)
+    copy_model_files(template.directory, out, {"iclrkit": meta}, dtype=out_dtype)
     (out / "README.md").write_text(CARD.format(title=f"{technique}: merged", technique=technique,
                                                source=" + ".join(str(s) for s in specs), paper=paper or "-",
                                                command="-", notes="Streamed merge (one tensor at a time)."))

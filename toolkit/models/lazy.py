@@ -384,9 +384,9 @@ def _bytes_of(dtype: torch.dtype) -> int:
 MODEL_FILES_SKIPPED = (INDEX, SINGLE, "README.md")
 
 
-def copy_model_files(source, target, config_extra: dict | None = None) -> None:
+def copy_model_files(source, target, config_extra: dict | None = None, dtype: torch.dtype | None = None) -> None:
     """Copy config, generation config and tokenizer files (everything but the weights and the card) from a model
-    directory; `config_extra` keys are added to the copied config.json."""
+    directory; `config_extra` keys are added to the copied config.json, and its dtype entry set to `dtype`."""
     import shutil
 
     source, target = Path(source), Path(target)
@@ -396,7 +396,10 @@ def copy_model_files(source, target, config_extra: dict | None = None) -> None:
                 or path.name.startswith("."):
             continue
         shutil.copyfile(path, target / path.name)
-    if config_extra:
+    if config_extra or dtype is not None:
         config = json.loads((target / "config.json").read_text())
-        config.update(config_extra)
+        config.update(config_extra or {})
+        for key in ("dtype", "torch_dtype"):
+            if dtype is not None and key in config:
+                config[key] = str(dtype).removeprefix("torch.")
         (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
