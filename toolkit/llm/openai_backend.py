@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -66,6 +67,8 @@ class OpenAIBackend(LLM):
         try:
             response = endpoint.create(model=self.model, **request).model_dump()
         except self._errors as exc:
+            if request.get("echo") and "echo" in _message(exc).lower():  # servers answering the refusal with a 5xx
+                raise _refused_echo(self.name, exc) from None
             raise ResourceError(f"LLM server {self.name} failed after {self.retries + 1} tries: "
                                 f"{type(exc).__name__}") from None
         except self._openai.BadRequestError as exc:
@@ -74,7 +77,7 @@ class OpenAIBackend(LLM):
             raise ResourceError(f"LLM server {self.name} refused the request: {_message(exc)}") from None
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
-            partial = cached.with_suffix(f".{os.getpid()}.{id(request)}.tmp")
+            partial = cached.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             partial.write_text(json.dumps(response))
             partial.replace(cached)  # concurrent writers of one key never leave a torn file
         return response
