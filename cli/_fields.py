@@ -116,8 +116,9 @@ def _key_values(flag: str) -> Callable[[Any], Any]:
 def config_command(app: typer.Typer, name: str, *, config: type, run: str | Callable, technique: str, help: str,
                    epilog: str | None = None, flags: list[str] = (), common: tuple[str, ...] = STANDARD,
                    plan: str | Callable | None = None, inputs: Callable[[dict], dict] | None = None,
-                   needs_out: bool = True, optional_out: bool = False) -> Callable:
-    """Register `name` on `app`: its options come from `flags` (field names of `config`) plus the common ones."""
+                   needs_out: bool = True, optional_out: bool = False, fixed: dict[str, Any] | None = None) -> Callable:
+    """Register `name` on `app`: its options come from `flags` (field names of `config`) plus the common ones;
+    `fixed` config values are set by the command itself (e.g. the estimator a subcommand stands for)."""
     params, converters = [], {}
     for field_name in flags:
         annotation, convert = option_for(config, field_name)
@@ -135,7 +136,7 @@ def config_command(app: typer.Typer, name: str, *, config: type, run: str | Call
         from cli._runner import Common, execute, fail
 
         try:
-            typed = {k: converters[k](values[k]) for k in converters}
+            typed = {**(fixed or {}), **{k: converters[k](values[k]) for k in converters}}
         except Exception as exc:  # noqa: BLE001 - a bad flag value is reported like every other bad input
             fail(exc)
         execute(technique=technique, config_cls=config, flags=typed, common=Common.of(values), run=_import(run),

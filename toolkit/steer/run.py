@@ -11,8 +11,11 @@ import json
 import math
 from typing import Literal, Optional
 
+from pydantic import Field
+
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
+from toolkit.core.fields import data_field, layers_field, model_field
 
 Method = Literal["pcms", "ums", "ilcs"]
 Position = Literal["last", "mean"]
@@ -22,11 +25,12 @@ Operator = Literal["add", "ablate", "clip"]  # clip: beyond the paper, see inter
 class SteerConfig(BaseConfig):
     """Estimate a category direction at chosen layers from {undesired, neutral} examples."""
 
-    model: str
-    data: str  # JSONL; a record with both `undesired` and `neutral` is a topic-matched pair
+    model: str = model_field()
+    data: str = data_field(..., description="JSONL; a record with both `undesired` and `neutral` is a "
+                                            "topic-matched pair.")
     method: Method = "pcms"
-    layers: Optional[list[int]] = None  # default: the middle block
-    position: Position = "last"  # read h at the last token or averaged over tokens
+    layers: Optional[list[int]] = layers_field("Block index (repeatable; default: the middle block).")
+    position: Position = Field("last", description="Read activations at the 'last' token or the 'mean'.")
     pair_index: int = 0  # ILCS: which pair gives the single-instance direction
     split_repeats: int = 20  # random halvings averaged in the split-half cosine
     batch_size: int = 16
@@ -35,36 +39,42 @@ class SteerConfig(BaseConfig):
 class GenerateConfig(BaseConfig):
     """Generate with one or more saved directions subtracted (personalisation: several categories at once)."""
 
-    model: str
-    directions: list[str]
-    prompts: list[str] = []
-    data: Optional[str] = None  # JSONL with a `prompt` field, added to `prompts`
-    alpha: float = 1.0
-    operator: Operator = "add"
+    model: str = model_field()
+    directions: list[str] = Field(description="directions.safetensors (repeatable: categories add up).",
+                                  json_schema_extra={"flag": "--direction"})
+    prompts: list[str] = Field([], description="Prompt text (repeatable).", json_schema_extra={"flag": "--prompt"})
+    data: Optional[str] = data_field(description="JSONL with a `prompt` field, added to the prompts.")
+    alpha: float = Field(1.0, description="Steering strength.")
+    operator: Operator = Field("add", description="add (h - alpha*v) | ablate (remove the projection) | clip "
+                                                  "(remove only the excess over --set clip_threshold=T).")
     clip_threshold: float = 0.0  # clip only: the projection level above which h is shrunk
-    layers: Optional[list[int]] = None  # default: every layer stored in the direction files
-    max_new_tokens: int = 40
+    layers: Optional[list[int]] = layers_field("Block index (repeatable; default: every layer stored in the "
+                                               "direction files).")
+    max_new_tokens: int = Field(40, description="Tokens to generate.")
     batch_size: int = 16
 
 
 class SweepConfig(BaseConfig):
     """Method x layer x alpha grid with category probability, neutral KL, perplexity ratio and stability."""
 
-    model: str
-    data: str
-    prompts: str  # JSONL {prompt, kind: category|neutral}
+    model: str = model_field()
+    data: str = data_field(..., description="JSONL {undesired, neutral} examples the directions are estimated on.")
+    prompts: str = Field(description="JSONL {prompt, kind: category|neutral}.")
     lexicon: list[str]
     judge_data: Optional[str] = None  # {undesired, neutral} texts for the embedding classifier (default: data)
     judge_encoder: str = "minilm"  # 'minilm' = the installed all-MiniLM-L6-v2, or a local encoder directory
     neutral_text: Optional[str] = None  # perplexity text (default: the neutral prompts)
     ppl_tokens: int = 2048
-    methods: list[Method] = ["pcms", "ums", "ilcs"]
-    layers: Optional[list[int]] = None  # default: 3 blocks spread over the middle third
+    methods: list[Method] = Field(["pcms", "ums", "ilcs"], description="Estimator (repeatable).",
+                                  json_schema_extra={"flag": "--method"})
+    layers: Optional[list[int]] = layers_field("Block index (repeatable; default: 3 blocks spread over the middle "
+                                               "third).")
     # Extra settings that steer several layers at once, each with its own direction estimated at that layer and the
     # same alpha (rows get layer "12+15"). Beyond the paper, which gives no layer: an option, not the default.
     layer_groups: list[list[int]] = []
-    alphas: list[float] = [0.5, 1.0, 2.0, 4.0]
-    operator: Operator = "add"
+    alphas: list[float] = Field([0.5, 1.0, 2.0, 4.0], description="Strength (repeatable).",
+                                json_schema_extra={"flag": "--alpha"})
+    operator: Operator = Field("add", description="How the direction is applied.")
     position: Position = "last"
     unit_norm: bool = False  # scale v to length 1 (alpha in activation units) instead of the raw mean shift
     max_new_tokens: int = 32
