@@ -1,4 +1,4 @@
-"""`iclrkit eval ppl`: shared evaluators every recipe reuses."""
+"""`iclrkit eval ppl|tasks`: shared evaluators every recipe reuses (perplexity; lm-evaluation-harness tasks)."""
 
 from __future__ import annotations
 
@@ -45,3 +45,29 @@ def ppl(
                    "max_windows": max_windows, "split": split},
             common=Common.of(locals()),
             run=run_perplexity, inputs={"data": data}, needs_out=False)
+
+
+@app.command("tasks", help="lm-evaluation-harness tasks (zero-/few-shot) through its Python API; a packed/ model runs "
+             "with its activation/KV fake quantization, as its perplexity was measured.",
+             epilog="Examples: iclrkit eval tasks -m runs/obr/packed --tasks iclrkit_sst2,iclrkit_counterfact "
+                    "--include-path examples/lmeval/tasks --data-root ../shared/data --out runs/obr-tasks | "
+                    "iclrkit eval tasks -m zoo:smollm2-135m --tasks iclrkit_zeroshot --include-path "
+                    "examples/lmeval/tasks --limit 100 --json")
+def tasks(
+    model: ModelOpt,
+    tasks_: Annotated[str, typer.Option("--tasks", help="Comma-separated lm-eval task or group names.")],
+    include_path: Annotated[str | None, typer.Option(help="Folder of local task YAMLs.")] = None,
+    data_root: Annotated[str | None, typer.Option(help="Data root for local tasks (default: $ICLRKIT_DATA).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N documents per task.")] = None,
+    num_fewshot: Annotated[int | None, typer.Option(help="Few-shot examples (default: the task's).")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Requests per forward pass.")] = None,
+    out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
+    device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
+    overwrite: OverwriteOpt = False,
+) -> None:
+    from toolkit.eval.lmeval import TasksConfig, run_tasks
+
+    execute(technique="eval.tasks", config_cls=TasksConfig,
+            flags={"model": model, "tasks": tasks_, "include_path": include_path, "data_root": data_root,
+                   "limit": limit, "num_fewshot": num_fewshot, "batch_size": batch_size},
+            common=Common.of(locals()), run=run_tasks, inputs={"include_path": include_path}, needs_out=False)
