@@ -9,7 +9,11 @@ import typer
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model: local path, hub id, or zoo:NAME.")]
 DataOpt = Annotated[Optional[str], typer.Option("--data", "-d", help="Text: .txt, .jsonl[:field], 'embedded', or a hub dataset id.")]
-OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Output directory (written atomically).")]
+OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Output directory, written atomically: required "
+                                                                    "to run (not with --dry-run).")]
+# For the commands that print their result and write --out only when given (eval ppl, analyses, benchmarks).
+OptionalOutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Output directory for run.json and the "
+                                                                            "outputs (optional).")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="YAML file with config keys.")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config key: key=value (repeatable).")]
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Random seed (default: the root --seed, else 0).")]
@@ -17,5 +21,6 @@ DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="auto | cpu |
 DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", help="float32 | float16 | bfloat16.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Resolve everything, print the plan, exit 0.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print run.json to stdout.")]
-OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty --out.")]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an earlier run's --out (a directory with "
+                                                                "run.json); other directories also need --force.")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue a killed run from OUT.partial checkpoints.")]

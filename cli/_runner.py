@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -14,7 +15,14 @@ from typing import Any, Callable, Optional
 
 import typer
 
-ROOT_STATE: dict[str, Any] = {"device": None, "seed": None, "verbosity": 0, "offline": False}
+ROOT_STATE: dict[str, Any] = {"device": None, "seed": None, "verbosity": 0, "offline": False, "threads": None,
+                              "force": False}
+# Techniques whose run() shares work across the ranks of a torchrun / `accelerate launch` job (accelerate DDP);
+# every other technique runs on rank 0 only and ranks > 0 exit 2 saying so.
+MULTI_RANK = ("remove-ln", "unlearn.", "rag.deeprag.train")
+SINGLE_RANK_EXCEPTIONS = ("remove-ln.analyze", "unlearn.eval")
+# Techniques whose config key `threads` is torch's thread count (a benchmark's variable); the runner applies it.
+CONFIG_THREADS = ("segment.mbunet.bench", "study.cot")
 
 
 @dataclass
@@ -30,6 +38,7 @@ class Common:
     dry_run: bool = False
     json: bool = False
     overwrite: bool = False
+    force: bool = False
     resume: bool = False
     extra_inputs: dict = field(default_factory=dict)
 
@@ -38,26 +47,76 @@ class Common:
         """From a command's parameters (`set_`/`json_` are how Typer commands name --set/--json); absent ones keep
         their defaults, and `overrides` win (e.g. device="cpu" for a CPU-only command)."""
         names = {"out": "out", "config": "config", "set": "set_", "seed": "seed", "device": "device",
-                 "dtype": "dtype", "dry_run": "dry_run", "json": "json_", "overwrite": "overwrite", "resume": "resume"}
+                 "dtype": "dtype", "dry_run": "dry_run", "json": "json_", "overwrite": "overwrite", "force": "force",
+                 "resume": "resume"}
         picked = {field_name: values[local] for field_name, local in names.items() if local in values}
         return cls(**{**picked, **overrides})
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the same cleanup of OUT.partial, one line, exit 143."""
+
+
 def fail(exc: BaseException) -> None:
-    from toolkit.core.errors import IclrkitError
+    from toolkit.core.errors import IclrkitError, translate
 
     debug = ROOT_STATE["verbosity"] >= 2 or os.environ.get("ICLRKIT_DEBUG") == "1"
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
+    exc = translate(exc)
     if isinstance(exc, IclrkitError):
         typer.echo(exc.one_line(), err=True)
         raise typer.Exit(exc.exit_code)
+    if isinstance(exc, Terminated):
+        typer.echo("error: terminated (SIGTERM)", err=True)
+        raise typer.Exit(143)
     if isinstance(exc, KeyboardInterrupt):
         typer.echo("error: interrupted", err=True)
         raise typer.Exit(130)
-    typer.echo(f"error: run failed: {type(exc).__name__}: {exc}" + ("" if debug else " (rerun with -vv for the traceback)"),
-               err=True)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    typer.echo(f"error: run failed: {type(exc).__name__}: {first}"
+               + ("" if debug else " (rerun with -vv for the traceback)"), err=True)
     raise typer.Exit(1)
+
+
+def parse_threads(value: Any, source: str) -> int | None:
+    """A positive thread count, or None (torch's default); 0, negatives and non-integers are bad input."""
+    from toolkit.core.errors import BadInputError
+
+    if value is None or value == "":
+        return None
+    try:
+        threads = int(value)
+    except (TypeError, ValueError):
+        raise BadInputError(f"{source} must be a positive integer, got {value!r}") from None
+    if threads < 1:
+        raise BadInputError(f"{source} must be at least 1, got {threads}", "omit it to use torch's default")
+    return threads
+
+
+def requested_threads() -> int | None:
+    """--threads, else ICLRKIT_THREADS, else None (torch's default: one thread per core)."""
+    if ROOT_STATE.get("threads") is not None:
+        return parse_threads(ROOT_STATE["threads"], "--threads")
+    return parse_threads(os.environ.get("ICLRKIT_THREADS"), "ICLRKIT_THREADS")
+
+
+def apply_threads(command_threads: int | None = None) -> int | None:
+    """The process's one thread policy: intra-op threads (and inter-op ones while torch still allows it).
+
+    A command whose config carries `threads` (a benchmark's own --threads, `--set threads=N`) gets that count;
+    otherwise the root --threads, else ICLRKIT_THREADS, else torch's default."""
+    threads = parse_threads(command_threads, "threads") if command_threads is not None else requested_threads()
+    if threads is None:
+        return None
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:  # only settable before the first inter-op parallel work; intra-op is what matters here
+        pass
+    return threads
 
 
 def print_summary(record: dict, as_json: bool) -> None:
@@ -98,11 +157,17 @@ def execute(
     inputs: dict[str, Any] | None = None,
     plan: Callable[[Any, Any], dict] | None = None,
     needs_out: bool = True,
+    multi_rank: bool | None = None,
 ) -> None:
     """Run one technique. `flags` are the command-specific values the user typed (None = not typed);
-    `inputs` maps a name to each input path (checked against --out); `plan` returns the --dry-run plan."""
+    `inputs` maps a name to each input path (checked against --out); `plan` returns the --dry-run plan;
+    `multi_rank` says whether run() shares its work across torchrun ranks (default: the MULTI_RANK table)."""
     try:
-        _execute(technique, config_cls, flags, common, run, inputs or {}, plan, needs_out)
+        with _sigterm_as_interrupt():
+            try:
+                _execute(technique, config_cls, flags, common, run, inputs or {}, plan, needs_out, multi_rank)
+            except UnicodeDecodeError as exc:
+                raise _not_text(exc, {**_path_flags(flags), **(inputs or {})}) from None
     except typer.Exit:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
@@ -112,6 +177,59 @@ def execute(
 def _process_rank() -> int:
     """Rank under torchrun / `accelerate launch` (0 for a plain run)."""
     return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def supports_ranks(technique: str) -> bool:
+    if technique in SINGLE_RANK_EXCEPTIONS:
+        return False
+    return any(technique == name or (name.endswith(".") and technique.startswith(name)) for name in MULTI_RANK)
+
+
+def rank_device(device: str) -> str:
+    """Under a multi-process launch every rank takes its own GPU: `cuda` (or auto -> cuda) becomes cuda:LOCAL_RANK."""
+    if _world_size() > 1 and device == "cuda":
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0)}"
+    return device
+
+
+def check_ranks(technique: str, multi_rank: bool | None) -> None:
+    """A technique that cannot share its work across ranks refuses ranks > 0 instead of repeating the whole job."""
+    from toolkit.core.errors import BadInputError
+
+    world = _world_size()
+    if world <= 1 or (supports_ranks(technique) if multi_rank is None else multi_rank):
+        return
+    if _process_rank() > 0:
+        raise BadInputError(f"{technique} runs in one process; rank {_process_rank()} of {world} exits",
+                            "launch it without torchrun/accelerate (only rank 0 does the work)")
+    import logging
+
+    logging.getLogger("iclrkit").warning("%s runs in one process: rank 0 does the whole job, the other %d rank(s) "
+                                         "exit", technique, world - 1)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises Terminated (a KeyboardInterrupt) so atomic_dir cleans up as it does for Ctrl-C."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_without_out(run, config, ctx, scratch: bool) -> None:
@@ -126,20 +244,40 @@ def _run_without_out(run, config, ctx, scratch: bool) -> None:
         run(config, ctx)
 
 
+def _not_text(exc: UnicodeDecodeError, inputs: dict[str, Any]):
+    """A binary (or non-UTF-8) file where text was expected: bad input naming the file inputs, exit 2."""
+    from toolkit.core.errors import BadInputError
+
+    files = [f"--{k} {v}" for k, v in inputs.items() if isinstance(v, (str, Path)) and Path(v).is_file()]
+    where = f" ({', '.join(files)})" if files else ""
+    return BadInputError(f"an input file is not UTF-8 text{where}: {exc.reason} at byte {exc.start}",
+                         "pass a text file (.csv/.txt/.jsonl) or the binary format the command accepts")
+
+
 def _path_flags(flags: dict[str, Any]) -> dict[str, Any]:
     """Model and data flags are inputs: recorded with hashes in run.json and protected from --out."""
     return {key: flags[key] for key in ("model", "data") if isinstance(flags.get(key), (str, Path))}
 
 
-def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out) -> None:
+def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out, multi_rank) -> None:
     from toolkit.core.config import resolve_config
-    from toolkit.core.context import RunContext, atomic_dir, check_out_dir, resolve_device, seed_everything
+    from toolkit.core.context import (
+        RUN_WARNINGS,
+        RunContext,
+        atomic_dir,
+        check_out_dir,
+        resolve_device,
+        seed_everything,
+    )
     from toolkit.core.errors import BadInputError
     from toolkit.core.report import build_run_record, write_run_files
 
+    RUN_WARNINGS.clear()
     config = resolve_config(config_cls, common.config, common.set, flags)
+    check_ranks(technique, multi_rank)
+    threads = apply_threads(getattr(config, "threads", None) if technique in CONFIG_THREADS else None)
     seed = common.seed if common.seed is not None else (ROOT_STATE["seed"] or 0)
-    device = resolve_device(common.device or ROOT_STATE["device"])
+    device = rank_device(resolve_device(common.device or ROOT_STATE["device"]))
     ctx = RunContext(device=device, dtype=common.dtype, seed=seed, dry_run=common.dry_run,
                      quiet=ROOT_STATE["verbosity"] < 0, resume=common.resume,
                      inputs={k: v for k, v in {**_path_flags(flags), **inputs, **common.extra_inputs}.items()
@@ -149,18 +287,19 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out)
     if common.dry_run:
         details = plan(config, ctx) if plan else {}
         typer.echo(json.dumps({"technique": technique, "config": config.model_dump(mode="json"), "device": device,
-                               "seed": seed, "out": str(common.out) if common.out else None, "plan": details},
-                              indent=2, default=str))
+                               "seed": seed, "threads": threads, "out": str(common.out) if common.out else None,
+                               "plan": details}, indent=2, default=str))
         return
     if needs_out and common.out is None:
         raise BadInputError("--out DIR is required")
     if common.out is not None:
-        check_out_dir(common.out, common.overwrite, [v for v in ctx.inputs.values() if isinstance(v, (str, Path))])
+        check_out_dir(common.out, common.overwrite, [v for v in ctx.inputs.values() if isinstance(v, (str, Path))],
+                      force=common.force or ROOT_STATE.get("force", False))
     seed_everything(seed)
     started, clock = dt.datetime.now(dt.timezone.utc), time.perf_counter()
     if common.out is None or _process_rank() > 0:
-        _run_without_out(run, config, ctx, scratch=common.out is not None)
-        if common.out is not None:
+        _run_without_out(run, config, ctx, scratch=common.out is not None and _process_rank() > 0)
+        if _process_rank() > 0:
             return  # a non-zero rank of a multi-process launch: rank 0 writes --out and prints
         record = build_run_record(command=command, technique=technique, config=config.model_dump(mode="json"),
                                   ctx=ctx, started=started, duration_s=time.perf_counter() - clock, status="ok")

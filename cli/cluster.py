@@ -26,7 +26,7 @@ PointsOpt = Annotated[str | None, typer.Option("--data", "-d", help="Points: .cs
 
 @khc.command("solve", help="Fit k hyperplanes minimising the summed squared distances; prove optimality with SCIP.",
              epilog="Examples: iclrkit cluster khc solve -d points.csv -k 3 --out runs/khc | "
-                    "iclrkit cluster khc solve -d pts.npy -k 2 --formulation multi --time-limit 60 --json | "
+                    "iclrkit cluster khc solve -d pts.npy -k 2 --formulation multi --time-limit 60 -o runs/khc2 --json | "
                     "iclrkit cluster khc solve -d pts.csv -k 3 --heuristic-only --out runs/kplanes | "
                     "iclrkit cluster khc solve -d pts.csv -k 3 --dry-run")
 def solve(

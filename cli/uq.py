@@ -27,7 +27,7 @@ app = typer.Typer(no_args_is_help=True, help="Uncertainty quantification.")
 @app.command("tokur", help="Token-level total/aleatoric/epistemic uncertainty by low-rank weight perturbation; "
                            "AUROC vs correctness and best-of-N selection.",
              epilog="Examples: iclrkit uq tokur -m zoo:smollm2-135m -d ../shared/data/gsm8k/test.jsonl --limit 20 "
-                    "-o runs/tokur | iclrkit uq tokur -m ./toy -d toy.jsonl --sigma 0.05 --samples 8 --json")
+                    "-o runs/tokur | iclrkit uq tokur -m ./toy -d toy.jsonl --sigma 0.05 --samples 8 -o runs/toy --json")
 def tokur(
     model: ModelOpt,
     data: DataOpt = None,

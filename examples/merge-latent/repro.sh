@@ -11,7 +11,7 @@ R=runs/repro-merge-latent
 EX=examples/merge-latent
 STAGES=${STAGES:-mlp cnn gpt2}
 mkdir -p "$R/merges"
-Q="-q"
+Q="-q --threads 1"
 
 merge_pair () {  # pair-name model-A model-B same-size(yes|no) [projected-average dir name|no]; uses $Z and $VAE
   local P=$R/merges/$1 A=$Z/$2 B=$Z/$3 ALIGNED=${5:-unit-matched_average}

@@ -2,7 +2,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
@@ -11,18 +11,16 @@ REQUIRED_RUN_KEYS = {"schema_version", "iclrkit_version", "git_sha", "command", 
                      "duration_s", "status"}
 
 
-def test_help_is_fast_and_imports_no_torch():
-    code = ("import sys, time; t = time.perf_counter(); from cli.main import app; "
+def test_help_imports_no_heavy_module():
+    """`iclrkit --help` (and every family's import) stays light: no torch/transformers at import time. The
+    wall-clock of --help is a benchmark figure, not a test assertion (it depends on the machine's load)."""
+    code = ("import sys; from cli.main import app; "
             "from typer.testing import CliRunner; r = CliRunner().invoke(app, ['--help']); "
             "assert r.exit_code == 0, r.output; "
-            "print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules)); "
-            "print(time.perf_counter() - t)")
-    started = time.perf_counter()
+            "print(sorted(m for m in ('torch', 'transformers', 'scipy', 'sklearn', 'safetensors', "
+            "'accelerate', 'pyscipopt') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    wall = time.perf_counter() - started
-    heavy, _ = out.stdout.splitlines()
-    assert heavy == "[]"
-    assert wall < 1.5, f"iclrkit --help took {wall:.2f}s"
+    assert out.stdout.strip() == "[]"
 
 
 def test_version_and_info(cli):
@@ -112,13 +110,89 @@ def test_every_present_command_family_imports():
     assert BROKEN_FAMILIES == {}
 
 
-def test_non_zero_rank_runs_but_writes_nothing_at_out(cli, tmp_path, tiny_gpt2_dir, monkeypatch):
+def test_single_process_command_refuses_ranks_above_zero(cli, tmp_path, tiny_gpt2_dir, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
     out = tmp_path / "rank1"
     result = cli(["eval", "ppl", "--model", tiny_gpt2_dir, "--data", "embedded", "--max-windows", "1",
                   "--max-length", "32", "--out", out])
-    assert result.exit_code == 0, result.stderr
-    assert not out.exists() and result.stdout == ""
+    assert result.exit_code == 2 and "eval.ppl runs in one process; rank 1 of 2 exits" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists() and result.stdout == ""
+
+
+def _toy_execute(tmp_path, technique, monkeypatch, env, multi_rank=None, device="auto"):
+    """execute() of a tiny technique that records the device and thread count it ran with."""
+    from cli._runner import Common, execute
+    from toolkit.core.config import BaseConfig
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    class Toy(BaseConfig):
+        x: int = 1
+
+    seen = {}
+
+    def run(config, ctx):
+        import torch
+
+        seen.update(device=ctx.device, threads=torch.get_num_threads(), out=ctx.out)
+        ctx.metrics["x"] = config.x
+
+    execute(technique=technique, config_cls=Toy, flags={}, common=Common(out=tmp_path / "out", device=device),
+            run=run, multi_rank=multi_rank)
+    return seen
+
+
+def test_ranks_each_take_their_own_gpu_and_only_rank_zero_writes(tmp_path, monkeypatch, capsys):
+    import cli._runner as runner
+    import toolkit.core.context as context
+
+    monkeypatch.setattr(context, "resolve_device", lambda requested: "cuda")
+    env = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}
+    seen = _toy_execute(tmp_path, "toy.shared", monkeypatch, env, multi_rank=True)
+    assert seen["device"] == "cuda:1" and seen["out"] != tmp_path / "out"
+    assert not (tmp_path / "out").exists() and capsys.readouterr().out == ""
+    seen = _toy_execute(tmp_path, "toy.shared", monkeypatch, {"RANK": "0", "LOCAL_RANK": "0"}, multi_rank=True)
+    assert seen["device"] == "cuda:0" and (tmp_path / "out" / "run.json").exists()
+    assert runner.supports_ranks("remove-ln") and runner.supports_ranks("unlearn.prism")
+    assert not runner.supports_ranks("unlearn.eval") and not runner.supports_ranks("compress.obr")
+
+
+def test_threads_option_and_env_set_torch_once(tmp_path, monkeypatch):
+    import torch
+
+    from cli._runner import ROOT_STATE
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setitem(ROOT_STATE, "threads", None)
+        seen = _toy_execute(tmp_path / "a", "toy", monkeypatch, {"ICLRKIT_THREADS": "1"})
+        assert seen["threads"] == 1
+        monkeypatch.setitem(ROOT_STATE, "threads", 2)  # --threads wins over the environment
+        seen = _toy_execute(tmp_path / "b", "toy", monkeypatch, {"ICLRKIT_THREADS": "1"})
+        assert seen["threads"] == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("args,env", [(["--threads", "0"], {}), (["--threads", "-3"], {}),
+                                      ([], {"ICLRKIT_THREADS": "0"}), ([], {"ICLRKIT_THREADS": "lots"})])
+def test_bad_thread_counts_are_one_line_exit_2(cli, tiny_gpt2_dir, monkeypatch, args, env):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = cli(args + ["eval", "ppl", "--model", tiny_gpt2_dir, "--data", "embedded", "--max-windows", "1"])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "THREADS" in result.stderr or "--threads" in result.stderr
+
+
+def test_no_library_code_sets_thread_counts():
+    root = Path(__file__).resolve().parents[2] / "toolkit"
+    allowed = {"compress/recipe.py", "ops/int4_bench.py"}  # their owners remove these separately
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
+                 if "set_num_threads" in p.read_text() and str(p.relative_to(root)) not in allowed]
+    assert offenders == []
 
 
 def test_common_of_maps_command_parameters():

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from toolkit.core.context import atomic_dir, check_out_dir, partial_dir_for, resolve_device
@@ -25,7 +27,11 @@ def test_out_dir_rules(tmp_path):
         check_out_dir(model / "out", False, [model])
     with pytest.raises(BadInputError, match="not empty"):
         check_out_dir(model, False, [])
-    check_out_dir(model, True, [])
+    with pytest.raises(BadInputError, match="not an iclrkit output"):
+        check_out_dir(model, True, [])  # --overwrite alone never deletes a directory iclrkit did not write
+    check_out_dir(model, True, [], force=True)
+    (model / "run.json").write_text("{}")
+    check_out_dir(model, True, [])  # an earlier run's output: --overwrite is enough
     check_out_dir(tmp_path / "fresh", False, [model])
     data = tmp_path / "data.txt"
     data.write_text("x")
@@ -57,3 +63,84 @@ def test_failed_run_with_checkpoints_keeps_partial_for_resume(tmp_path):
     with atomic_dir(out, resume=True) as partial:
         assert (partial / "checkpoints" / "block_0").exists()
     assert out.exists() and not (out / "checkpoints").exists()
+
+
+def test_out_dir_never_inside_the_zoo_or_hub_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ICLRKIT_ZOO_DIR", str(tmp_path / "zoo"))
+    cached = tmp_path / "zoo" / "gpt2-tiny"
+    cached.mkdir(parents=True)
+    (cached / "config.json").write_text("{}")
+    for out in (cached, tmp_path / "zoo" / "other", tmp_path / "zoo"):
+        with pytest.raises(BadInputError, match="inside the cache"):
+            check_out_dir(out, True, ["zoo:gpt2-tiny"], force=True)
+    from huggingface_hub import constants
+
+    with pytest.raises(BadInputError, match="inside the cache"):
+        check_out_dir(Path(constants.HF_HUB_CACHE) / "models--org--name", True, ["org/name"], force=True)
+    assert (cached / "config.json").exists()
+
+
+def test_zoo_input_guarded_even_when_the_zoo_moves(tmp_path, monkeypatch):
+    """zoo:NAME resolves to its cache directory before the guard, so --out inside it is refused by name."""
+    from toolkit.core.context import input_location
+
+    monkeypatch.setenv("ICLRKIT_ZOO_DIR", str(tmp_path / "z"))
+    assert input_location("zoo:gpt2-tiny") == tmp_path / "z" / "gpt2-tiny"
+    assert input_location("org/name").name == "models--org--name"
+    assert input_location(tmp_path) == tmp_path
+
+
+def test_failed_run_removes_temporaries_and_an_empty_checkpoint_dir(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(OSError):
+        with atomic_dir(out) as partial:
+            (partial / "checkpoints").mkdir()
+            (partial / "checkpoints" / "ln_free.tmp").write_bytes(b"x" * 1000)
+            raise OSError(28, "No space left on device")
+    assert not out.exists() and not partial_dir_for(out).exists()
+
+
+def test_disk_full_is_recognised_through_the_chain():
+    from toolkit.core.errors import ResourceError, is_disk_full, translate
+
+    assert is_disk_full(OSError(28, "No space left on device"))
+    try:
+        try:
+            raise OSError(28, "No space left on device")
+        except OSError as inner:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0") from inner
+    except RuntimeError as outer:
+        mapped = translate(outer)
+    assert isinstance(mapped, ResourceError) and mapped.exit_code == 3
+    assert not is_disk_full(RuntimeError("shape mismatch")) and translate(ValueError("x")).__class__ is ValueError
+
+
+def test_progress_logs_lines_when_stderr_is_not_a_tty(monkeypatch):
+    import io
+
+    from toolkit.core import progress as progress_module
+    from toolkit.core.context import RunContext
+
+    stream = io.StringIO()
+    monkeypatch.setattr(progress_module.sys, "stderr", stream)
+    monkeypatch.setenv("ICLRKIT_PROGRESS_EVERY", "0")
+    assert list(RunContext().progress(range(5), total=5, description="blocks")) == list(range(5))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 5 and lines[0].startswith("progress blocks 1/5 elapsed 0:00:0")
+    assert lines[-1].startswith("progress blocks 5/5 ") and " eta 0:00:00" in lines[-1]
+    stream.seek(0)
+    stream.truncate(0)
+    monkeypatch.setenv("ICLRKIT_PROGRESS_EVERY", "3600")  # steady rate: the first and the last item only
+    list(RunContext().progress(iter(range(7)), total=7, description="steps"))
+    assert [line.split()[2] for line in stream.getvalue().splitlines()] == ["1/7", "7/7"]
+    stream.seek(0)
+    stream.truncate(0)
+    list(RunContext(quiet=True).progress(range(3), total=3, description="quiet"))
+    assert stream.getvalue() == ""
+
+
+def test_progress_eta_arithmetic():
+    from toolkit.core.progress import format_line
+
+    assert format_line("ppl", 2, 10, 20.0) == "progress ppl 2/10 elapsed 0:00:20 eta 0:01:20"
+    assert format_line("x", 3, None, 3725.0) == "progress x 3 elapsed 1:02:05"

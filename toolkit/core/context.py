@@ -16,6 +16,16 @@ from toolkit.core.errors import BadInputError, ResourceError
 
 log = logging.getLogger("iclrkit")
 CHECKPOINTS = "checkpoints"
+# Warnings of the current run (silent clamps, defaults chosen for the user): printed once, recorded in run.json.
+RUN_WARNINGS: list[str] = []
+
+
+def warn_and_record(message: str) -> None:
+    """Library code without a RunContext: a warning on stderr that also lands in run.json's `warnings`."""
+    if message in RUN_WARNINGS:
+        return
+    RUN_WARNINGS.append(message)
+    log.warning("%s", message)
 
 
 def setup_logging(verbosity: int) -> None:
@@ -76,25 +86,89 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = ()) -> None:
-    """Refuse a non-empty --out without --overwrite, and any --out inside (or equal to) an input directory."""
-    out = out.resolve()
+def protected_dirs() -> list[Path]:
+    """Caches that --out must never point into: the zoo cache and the Hugging Face hub cache."""
+    from toolkit.zoo.registry import zoo_dir
+
+    dirs = [zoo_dir()]
+    try:
+        from huggingface_hub import constants
+
+        dirs.append(Path(constants.HF_HUB_CACHE))
+    except Exception:  # noqa: BLE001 - no huggingface_hub: nothing of it to protect
+        pass
+    return [d.expanduser().resolve() for d in dirs]
+
+
+def input_location(item: str | Path) -> Path | None:
+    """Where an input lives on disk: a path, zoo:NAME's cache directory, or a hub id's HF cache folder."""
+    text = str(item)
+    if text.startswith("zoo:"):
+        from toolkit.zoo.registry import cached_path
+
+        return cached_path(text[4:])
+    path = Path(text).expanduser()
+    if path.exists():
+        return path
+    parts = text.split("/")
+    if 1 <= len(parts) <= 2 and all(parts) and not text.startswith((".", "~")):
+        try:
+            from huggingface_hub import constants
+
+            return Path(constants.HF_HUB_CACHE) / ("models--" + "--".join(parts))
+        except Exception:  # noqa: BLE001
+            return None
+    return None
+
+
+def is_iclrkit_output(path: Path) -> bool:
+    return (path / "run.json").is_file()
+
+
+def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = (), force: bool = False) -> None:
+    """Refuse --out inside (or equal to) an input or a cache, a non-empty --out without --overwrite, and a non-empty
+    directory that is not an iclrkit output (no run.json) unless --overwrite --force."""
+    out = Path(out).expanduser().resolve()
+    for cache in protected_dirs():
+        if out == cache or cache in out.parents:
+            raise BadInputError(f"--out {out} is inside the cache {cache}; outputs never go into a cache",
+                                "choose a directory outside the cache")
     for item in inputs:
-        path = Path(item)
-        if not path.exists():
+        path = input_location(item)
+        if path is None:
             continue
         src = path.resolve()
-        if src.is_dir() and (out == src or src in out.parents):
-            raise BadInputError(f"--out {out} is inside the input {src}; outputs never go into an input's directory")
-        if src == out or out in src.parents:
-            raise BadInputError(f"--out {out} contains the input {src}; choose another directory")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        if out == src or src in out.parents:
+            raise BadInputError(f"--out {out} is inside the input {item}; outputs never go into an input's directory")
+        if out in src.parents:
+            raise BadInputError(f"--out {out} contains the input {item}; choose another directory")
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if not overwrite:
         raise BadInputError(f"--out {out} exists and is not empty", "pass --overwrite or choose another directory")
+    if not (out.is_dir() and is_iclrkit_output(out)) and not force:
+        raise BadInputError(f"--out {out} is not an iclrkit output (no run.json); --overwrite would delete it",
+                            "pass --overwrite --force to replace it anyway, or choose another directory")
 
 
 def partial_dir_for(out: Path) -> Path:
     out = Path(out).resolve()
     return out.parent / (out.name + ".partial")
+
+
+TEMPORARY_SUFFIXES = (".tmp", ".partial", ".part")
+
+
+def remove_temporaries(root: Path) -> None:
+    """Delete half-written files (`*.tmp`, `*.partial`, `*.part`) under `root`: a failed or full-disk write."""
+    for path in sorted(Path(root).rglob("*"), reverse=True):
+        if path.suffix in TEMPORARY_SUFFIXES:
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def _has_checkpoint(partial: Path) -> bool:
+    checkpoints = partial / CHECKPOINTS
+    return checkpoints.is_dir() and any(p.is_file() for p in checkpoints.rglob("*"))
 
 
 @contextlib.contextmanager
@@ -113,7 +187,8 @@ def atomic_dir(out: Path, overwrite: bool = False, resume: bool = False) -> Iter
     try:
         yield partial
     except BaseException:
-        if (partial / CHECKPOINTS).is_dir():
+        remove_temporaries(partial)
+        if _has_checkpoint(partial):
             log.warning("partial results kept in %s; rerun the same command with --resume to continue", partial)
         else:
             shutil.rmtree(partial, ignore_errors=True)
@@ -141,6 +216,11 @@ class RunContext:
     baselines: dict = field(default_factory=dict)
     artifacts: list = field(default_factory=list)
     inputs: dict = field(default_factory=dict)
+    caches: dict = field(default_factory=dict)
+
+    def warn(self, message: str) -> None:
+        """A warning on stderr that is also recorded in run.json (`warnings`): silent clamps, defaults chosen."""
+        warn_and_record(message)
 
     @property
     def torch_dtype(self):
@@ -162,23 +242,11 @@ class RunContext:
         return target
 
     def progress(self, iterable, total: int | None = None, description: str = ""):
-        """Rich progress on stderr, silent with -q."""
-        if self.quiet:
-            yield from iterable
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        """Progress on stderr (a bar on a terminal, steady log lines otherwise), silent with -q."""
+        from toolkit.core.progress import progress
 
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task(description, total=total if total is not None else _len_or_none(iterable))
-            for item in iterable:
-                yield item
-                bar.advance(task)
+        return progress(iterable, total=total, description=description, quiet=self.quiet)
 
-
-def _len_or_none(iterable) -> int | None:
-    try:
-        return len(iterable)
-    except TypeError:
-        return None
+    def record_cache(self, name: str, path: str | Path) -> None:
+        """Name a cache this run read or wrote outside --out (recorded in run.json under `caches`)."""
+        self.caches[name] = str(path)

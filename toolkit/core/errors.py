@@ -36,3 +36,36 @@ class RunError(IclrkitError):
 def require(condition: bool, message: str, hint: str | None = None) -> None:
     if not condition:
         raise BadInputError(message, hint)
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC/EDQUOT anywhere in the chain, including torch.save's `inline_container.cc` write failures."""
+    import errno
+
+    for item in _chain(exc):
+        if isinstance(item, OSError) and item.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(item)
+        if "No space left on device" in text or "Disk quota exceeded" in text:
+            return True
+        if "inline_container.cc" in text and ("unexpected pos" in text or "write" in text.lower()):
+            return True
+    return False
+
+
+def translate(exc: BaseException) -> BaseException:
+    """Known environment failures as IclrkitErrors (one line, the right code); anything else unchanged."""
+    if isinstance(exc, IclrkitError):
+        return exc
+    if is_disk_full(exc):
+        return ResourceError("no space left on device while writing the run's files; partial files removed",
+                             "free disk space or choose an --out on another disk")
+    return exc

@@ -32,7 +32,21 @@ def environment() -> dict[str, Any]:
         env[name] = getattr(module, "__version__", None) if module else None
     torch = sys.modules.get("torch")
     env["cuda"] = torch.version.cuda if torch is not None and torch.cuda.is_available() else None
+    env["threads"] = torch.get_num_threads() if torch is not None else None
     return env
+
+
+def input_record(value: Any) -> dict[str, Any]:
+    """{"path", "sha256"} of an input; zoo:NAME is hashed from its cache directory (and names it as `resolved`)."""
+    text = str(value)
+    if text.startswith("zoo:"):
+        from toolkit.zoo.registry import cached_path
+
+        resolved = cached_path(text[4:])
+        return {"path": text, "resolved": str(resolved), "sha256": sha256_of(resolved)}
+    if isinstance(value, (str, Path)) and Path(value).exists():
+        return {"path": text, "sha256": sha256_of(value)}
+    return {"path": text, "sha256": None}
 
 
 def sha256_of(path: str | Path, limit_bytes: int = 1 << 30) -> str | None:
@@ -70,10 +84,15 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def _run_warnings() -> list[str]:
+    from toolkit.core.context import RUN_WARNINGS
+
+    return list(RUN_WARNINGS)
+
+
 def build_run_record(*, command: str, technique: str, config: dict, ctx, started: dt.datetime,
                      duration_s: float, status: str) -> dict[str, Any]:
-    inputs = {k: {"path": str(v), "sha256": sha256_of(v)} if isinstance(v, (str, Path)) and Path(v).exists()
-              else {"path": str(v), "sha256": None} for k, v in ctx.inputs.items()}
+    inputs = {k: input_record(v) for k, v in ctx.inputs.items()}
     from toolkit import __version__
 
     return jsonable({
@@ -81,6 +100,7 @@ def build_run_record(*, command: str, technique: str, config: dict, ctx, started
         "command": command, "technique": technique, "config": config, "seed": ctx.seed,
         "device": ctx.device, "dtype": ctx.dtype or "float32", "env": environment(), "inputs": inputs,
         "metrics": ctx.metrics, "baselines": ctx.baselines, "artifacts": sorted(set(ctx.artifacts)),
+        "caches": dict(getattr(ctx, "caches", {}) or {}), "warnings": _run_warnings(),
         "started_at": started.isoformat(timespec="seconds"), "duration_s": round(duration_s, 3), "status": status,
     })
 

@@ -667,6 +667,7 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
     ctx.inputs.update({"model": config.model, "data": config.data})
     device = ctx.device
     clock = time.perf_counter()
+    ctx.record_cache("edit-stats", stats_dir(config.stats_dir))  # written outside --out: named in run.json
     covs = key_covariance(model, arch, tokenizer, layers, load_text(config.cov_data), config.cov_tokens,
                           config.cov_seqlen, stats_dir(config.stats_dir), device, ctx.progress)
     cov_seconds = time.perf_counter() - clock

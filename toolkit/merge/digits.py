@@ -180,7 +180,6 @@ def run_zoo(config: DigitsZooConfig, ctx) -> None:
     require(len(config.widths) == len(config.seeds), "widths and seeds need one entry per zoo member")
     require(all(0 <= c <= 9 for classes in config.tasks.values() for c in classes) and config.tasks,
             "tasks must map names to digit classes 0-9")
-    torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU (measured 50x slower)
     members = [ZooMember(w, s, config.kind) for w, s in zip(config.widths, config.seeds)]
     records = build_zoo(ctx.path("models"), members, config.tasks, config.depth, config.backbone_epochs,
                         config.finetune_epochs, config.lr, progress=ctx.progress)

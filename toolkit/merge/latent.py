@@ -138,7 +138,6 @@ def check_layout(chunked: chunking.Chunked, meta: dict, source: str) -> None:
 
 # ------------------------------------------------------------------ train
 def run_train(config: LatentTrainConfig, ctx) -> None:
-    torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU (measured 50x slower)
     parents = load_parents(config.models, ctx.device, depths_may_differ=True)
     held = [load_for_merge(spec, ctx.device) for spec in parse_model_list(config.holdout)] if config.holdout else []
     target = pick_target(parents, config.target, ctx.device) if config.target else None
@@ -334,7 +333,6 @@ def latent_merge(model: WeightVAE, states: list[dict[str, torch.Tensor]], weight
 
 
 def run_merge(config: LatentMergeConfig, ctx) -> None:
-    torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU (measured 50x slower)
     model, meta = load_vae(config.vae, ctx.device)
     parents = load_parents(config.models, ctx.device, depths_may_differ=True)
     require(parents[0].family == meta["family"],

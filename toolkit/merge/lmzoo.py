@@ -157,7 +157,6 @@ def run_lm_zoo(config: LMZooConfig, ctx) -> None:
     require(len(config.widths) == len(config.seeds), "widths and seeds need one entry per zoo member")
     require(len(config.tasks) >= 2, "the LM merge zoo needs at least two tasks (texts)")
     require(all(w % config.heads == 0 for w in config.widths), "every width must be a multiple of heads")
-    torch.set_num_threads(1)  # tiny matmuls: extra threads only spin on a shared CPU
     texts = _texts(config, ctx.out)
     tokenizer = train_tokenizer("\n\n".join(train for train, _ in texts.values()), config.vocab)
     streams = {name: tokenize(tokenizer, train) for name, (train, _) in texts.items()}

@@ -339,9 +339,6 @@ def plan(config: CotConfig, ctx) -> dict:
 def run(config: CotConfig, ctx) -> dict:
     import json
 
-    import torch
-
-    torch.set_num_threads(config.threads)
     kb = make_knowledge_base(config, ctx.seed)
     vocab = Vocab(config.n_entities, config.n_relations)
     results = {}

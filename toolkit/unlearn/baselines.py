@@ -22,7 +22,6 @@ from toolkit.unlearn.train import (
     StepInputs,
     UnlearnConfig,
     hidden_states,
-    limit_threads,
     load_corpus,
     sequence_logprobs,
     train,
@@ -55,7 +54,6 @@ class RmuConfig(UnlearnConfig):
 
 
 def _run(config, ctx, technique: str, need_retain: bool, build) -> None:
-    limit_threads(ctx)
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     corpus = load_corpus(config, tokenizer, need_retain=need_retain)
     clock = time.perf_counter()

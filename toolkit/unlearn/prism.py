@@ -35,7 +35,6 @@ from toolkit.unlearn.train import (
     StepInputs,
     UnlearnConfig,
     hidden_states,
-    limit_threads,
     load_corpus,
     mean_pool,
     sequence_logprobs,
@@ -182,7 +181,6 @@ def plan(config: PrismConfig, ctx) -> dict:
 
 
 def run_prism(config: PrismConfig, ctx) -> None:
-    limit_threads(ctx)
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     corpus = load_corpus(config, tokenizer, need_retain=True)
     layer = config.probe_layer if config.probe_layer is not None else default_layer(model)

@@ -62,12 +62,6 @@ def load_corpus(config: UnlearnConfig, tokenizer, need_retain: bool) -> Corpus:
     return Corpus(forget=forget, retain=retain, pad=pad_id(tokenizer))
 
 
-def limit_threads(ctx) -> None:
-    """At most two CPU threads: the dev machines are shared (a GPU run is unaffected)."""
-    if str(ctx.device) == "cpu":
-        torch.set_num_threads(min(torch.get_num_threads(), 2))
-
-
 def hidden_states(model, batch: dict[str, torch.Tensor], layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits, hidden state at `layer`): HF hidden_states indexing (0 = embeddings, L = output of block L).
 

@@ -7,6 +7,7 @@ Builders are named as "module:function" so listing the zoo imports nothing heavy
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import logging
@@ -70,6 +71,28 @@ def _recipe(base: str) -> Recipe:
     return RECIPES[base]
 
 
+@contextlib.contextmanager
+def build_lock(key: str):
+    """An exclusive file lock per zoo entry: a second process building the same model waits, then finds it built."""
+    directory = zoo_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / f".{key}.lock", "a+") as handle:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock, the atomic rename still keeps the cache consistent
+            yield
+            return
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("zoo:%s is being built by another process; waiting for it", key)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
 def build(name: str, data: str | None = None, steps: int | None = None, seed: int = 0, force: bool = False,
           quiet: bool = False, **options) -> tuple[Path, dict]:
     """Build recipe `name` (on `data`) into the cache atomically; returns (path, training stats)."""
@@ -78,6 +101,13 @@ def build(name: str, data: str | None = None, steps: int | None = None, seed: in
     target = cached_path(f"{name}@{key}" if key else name)
     if is_built(target.name) and not force:
         return target, {}
+    with build_lock(target.name):
+        if is_built(target.name) and not force:  # built by another process while this one waited
+            return target, {}
+        return target, _build_locked(recipe, name, target, data, steps, seed, quiet, options)
+
+
+def _build_locked(recipe: Recipe, name: str, target: Path, data, steps, seed, quiet, options) -> dict:
     module, function = recipe.builder.split(":")
     builder = getattr(importlib.import_module(module), function)
     partial = target.with_name(target.name + ".partial")
@@ -93,7 +123,7 @@ def build(name: str, data: str | None = None, steps: int | None = None, seed: in
         raise
     shutil.rmtree(target, ignore_errors=True)
     os.replace(partial, target)
-    return target, stats
+    return stats
 
 
 def ensure_built(spec: str) -> Path:
