@@ -141,3 +141,18 @@ def test_group_ordering_without_groups_is_refused():
     with pytest.raises(ValueError, match="group-size"):
         GptqConfig(model="unused", actorder="group")
     assert GptqConfig(model="unused", actorder="group", group_size=64).group_size == 64
+
+
+@pytest.mark.parametrize("actorder,group_size", [("none", None), ("static", None), ("group", 16)])
+def test_gptq_on_rows_stacked_from_linears_sharing_an_input_is_gptq_on_each(actorder, group_size):
+    from toolkit.compress.recipe import _solve_group
+
+    W, H = _problem(8, rows=40, dtype=torch.float32)
+    parts = list(W.split([24, 8, 8]))  # q, k, v: one input, one H
+    config = GptqConfig(model="unused", actorder=actorder, group_size=group_size)
+    stacked = _solve_group(parts, H, config, torch.float32)
+    for part, (new, grid) in zip(parts, stacked):
+        alone, _, alone_grid = compress_linear(part, H, config, config.percdamp)
+        assert torch.allclose(new, alone, atol=1e-6, rtol=0)
+        assert torch.equal(grid.scales, alone_grid.scales)
+        assert (grid.g_idx is None) == (alone_grid.g_idx is None)

@@ -278,9 +278,9 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
                 step.run(stop_after=modules[0])
             finally:
                 handle.remove()
-            for path, module in zip(group, modules):
-                weight = linear_weight(module, adapter.conv1d)
-                new, _, grid = compress_linear(weight.to(dtype), accumulator.H, config, config.percdamp)
+            weights = [linear_weight(module, adapter.conv1d) for module in modules]
+            solved = _solve_group(weights, accumulator.H, config, dtype)
+            for path, module, weight, (new, grid) in zip(group, modules, weights, solved):
                 set_linear_weight(module, new.to(weight.dtype), adapter.conv1d)
                 if grid is not None:
                     name = f"{prefix}.{step.index}.{path}"
@@ -319,6 +319,25 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
             counts["kept"] += int((weight != 0).sum())
             counts["total"] += weight.numel()
     return scales, 1 - counts["kept"] / max(counts["total"], 1), g_idx
+
+
+def _solve_group(weights, H, config, dtype) -> list:
+    """[(Ŵ, grid)] for the linears of one sequential group (they share the input, so H). GPTQ is row by row given H,
+    so for `gptq` the group's weights are stacked by rows and solved in one column loop (one damped Cholesky, one
+    H⁻¹ factor, a third of the loop iterations for q/k/v), then split back; the other methods choose masks over
+    whole blocks of a linear (SparseGPT, the two-stage baseline) and run one linear at a time."""
+    import torch
+
+    from toolkit.compress.quant import WeightGrid
+
+    if config.method != "gptq" or len(weights) == 1:
+        return [compress_linear(w.to(dtype), H, config, config.percdamp)[::2] for w in weights]
+    rows = [weight.shape[0] for weight in weights]
+    new, _, grid = compress_linear(torch.cat([weight.to(dtype) for weight in weights]), H, config, config.percdamp)
+    if grid is None:
+        return [(part, None) for part in new.split(rows)]
+    return [(part, WeightGrid(scales, grid.group_size, grid.g_idx))
+            for part, scales in zip(new.split(rows), grid.scales.split(rows))]
 
 
 def _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids, g_idx=None) -> None:
