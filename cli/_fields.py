@@ -9,8 +9,8 @@
 
 A field becomes `--field-name` (or its `flag`, plus `short`), typed as the field (Optional: None = not typed, so
 the config layers below the flags win), with the field's description as help; Literal fields list their choices;
-bool fields are `--x/--no-x` switches; dict fields are repeated KEY=VALUE. A field with no default is a required
-option. The config class must live in a module that does not import torch (the CLI imports it to build --help);
+bool fields are `--x/--no-x` switches; dict fields are repeated KEY=VALUE. A field with no default is required by
+the config (so --config/--set can supply it too) and says so in --help. The config class must live in a module that does not import torch (the CLI imports it to build --help);
 `run` and `plan` are "module:function" strings imported only when the command runs.
 """
 
@@ -70,6 +70,8 @@ def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
     flag = extra.get("flag", "--" + name.replace("_", "-"))
     decls = [flag] + ([extra["short"]] if extra.get("short") else [])
     help_text = field.description
+    if field.is_required():  # may come from --config/--set too, so the config (not Typer) enforces it
+        help_text += " Required (here, in --config or by --set)."
     base = _unwrap_optional(field.annotation)
     origin = typing.get_origin(base)
     convert: Callable[[Any], Any] = lambda value: value  # noqa: E731
@@ -122,9 +124,7 @@ def config_command(app: typer.Typer, name: str, *, config: type, run: str | Call
     params, converters = [], {}
     for field_name in flags:
         annotation, convert = option_for(config, field_name)
-        field = config.model_fields[field_name]
-        default = inspect.Parameter.empty if field.is_required() else None
-        params.append(inspect.Parameter(field_name, inspect.Parameter.KEYWORD_ONLY, default=default,
+        params.append(inspect.Parameter(field_name, inspect.Parameter.KEYWORD_ONLY, default=None,
                                         annotation=annotation))
         converters[field_name] = convert
     for option in common:

@@ -17,5 +17,5 @@ config_command(
            "iclrkit causal influence --sem graph.yaml --data observations.csv --variable W --out runs/w | "
            "iclrkit causal influence --sem model.yaml --given U=1 --method exact --json",
     flags=["sem", "data", "variables", "given", "method", "iterations"],
-    inputs=lambda f: {"sem": f["sem"] if not f["sem"].startswith("example:") else None, "data": f["data"]},
+    inputs=lambda f: {"sem": None if (f["sem"] or "").startswith("example:") else f["sem"], "data": f["data"]},
     needs_out=False, optional_out=True)

@@ -7,8 +7,11 @@ import json
 import random
 from typing import Literal, Optional
 
+from pydantic import Field
+
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
+from toolkit.core.fields import data_field
 
 PAPER = "https://arxiv.org/abs/2510.04347"
 
@@ -17,16 +20,16 @@ class AttackConfig(BaseConfig):
     """BadNets rare-word poisoning + fine-tuning an encoder classifier (OpenBackdoor's badnets defaults: poison rate
     0.1, target label 1; trigger 'cf' as in the X-GRAAD setup)."""
 
-    data: str  # labelled TSV (sentence|text, label) or JSONL (text, label)
-    encoder: str = "minilm"
-    eval_data: Optional[str] = None  # labelled test set: report clean accuracy and attack success rate
-    n_train: int = 4000
+    data: str = data_field(..., description="Labelled TSV (sentence|text, label) or JSONL (text, label).")
+    encoder: str = Field("minilm", description="'minilm' (installed all-MiniLM-L6-v2) or a directory.")
+    eval_data: Optional[str] = Field(None, description="Labelled test set for CACC and ASR.")
+    n_train: int = Field(4000, description="Training sentences sampled from --data.")
     n_heldout: int = 500  # clean sentences held out from `data` (written to heldout.tsv for threshold calibration)
     min_words: int = 5  # SST-2 train is phrase-level: keep sentence-like rows
-    trigger: str = "cf"
-    poison_rate: float = 0.1
+    trigger: str = Field("cf", description="Trigger word(s).")
+    poison_rate: float = Field(0.1, description="Share of the training set poisoned.")
     target_label: int = 1
-    epochs: int = 2
+    epochs: int = Field(2, description="Fine-tuning epochs.")
     lr: float = 5e-5
     batch_size: int = 32
     max_length: int = 64
@@ -36,10 +39,11 @@ class BackdoorConfig(BaseConfig):
     """X-GRAAD screening of `data` against a threshold calibrated on held-out clean text `clean`.
     Paper defaults: threshold percentile 95, attention over all layers and heads, max_len 256."""
 
-    model: str  # fine-tuned sequence classifier directory
-    data: str  # texts to screen (TSV/JSONL; labels needed only for evaluation)
-    clean: str  # held-out CLEAN texts for the threshold (never the test split)
-    percentile: float = 95.0
+    model: str = Field(description="Fine-tuned sequence classifier: local path, hub id, or zoo:NAME.",
+                       json_schema_extra={"short": "-m"})
+    data: str = data_field(..., description="Texts to screen (TSV/JSONL; labels needed only for evaluation).")
+    clean: str = Field(description="Held-out CLEAN texts (TSV/JSONL) for the threshold (never the test split).")
+    percentile: float = Field(95.0, description="Threshold percentile of clean scores.")
     max_length: int = 256
     # "padded" (official code): every text is padded to one common length and the padding query rows are counted in
     # the attention each token receives; "real": only the real tokens' rows are counted.
@@ -48,9 +52,12 @@ class BackdoorConfig(BaseConfig):
     batch_size: int = 32
     max_rows: Optional[int] = None  # screen/evaluate a seeded random subset of `data` of this size
     max_clean: Optional[int] = None  # calibrate on a seeded random subset of `clean` of this size
-    eval_trigger: Optional[str] = None  # evaluate: poison correctly classified non-target rows of `data` with it
+    eval_trigger: Optional[str] = Field(None, description="Evaluate against this known trigger (poisons correctly "
+                                                          "classified non-target rows of --data).",
+                                        json_schema_extra={"flag": "--trigger"})
     target_label: int = 1
-    baselines: list[Literal["strip", "onion"]] = []
+    baselines: list[Literal["strip", "onion"]] = Field([], description="strip | onion (repeatable).",
+                                                       json_schema_extra={"flag": "--baseline"})
     strip_repeat: int = 5  # OpenBackdoor STRIP defaults: repeat 5, swap_ratio 0.5
     strip_swap_ratio: float = 0.5
     strip_frr: float = 0.05  # same clean false-alarm budget as X-GRAAD's 95th percentile (OpenBackdoor uses 0.01)
