@@ -77,6 +77,16 @@ def test_compress_writes_compressed_tensors_and_packed(cli, tiny_llama_dir, text
     config = json.loads((out / "compressed-tensors" / "config.json").read_text())
     assert config["quantization_config"]["format"] == "pack-quantized"
     assert "iclrkit compress rtn" in (out / "compressed-tensors" / "README.md").read_text()
+    packed_card = (out / "packed" / "README.md").read_text()
+    assert "iclrkit compress rtn" in packed_card and "Calibration data: " in packed_card
+    assert "stay in this format" in packed_card
+
+
+def test_dense_export_card_says_what_and_how(cli, tiny_llama_dir, text_file, tmp_path):
+    out = _compress(cli, tiny_llama_dir, text_file, tmp_path / "run", "--set", "export=dense")
+    card = (out / "model" / "README.md").read_text()
+    assert "iclrkit compress rtn" in card and "Sparsity: 0.5" in card and "Calibration data: " in card
+    assert "from_pretrained" in card and "vllm serve" in card
 
 
 def test_w4a4_run_is_refused_and_nothing_is_written(cli, tiny_llama_dir, text_file, tmp_path):

@@ -361,6 +361,11 @@ def _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grid
             sizes = save_packed(model, tokenizer, ctx.path("packed"), adapter, scales, config.w_bits, metadata,
                                 config.embed_bits, config.embed_group, vocab_grids, g_idx)
             ctx.metrics.update(sizes)
+            from toolkit.export.card import write_packed_card
+
+            write_packed_card(ctx.path("packed"), metadata, config.w_bits,
+                              {"source_model": config.model, "calibration": f"{config.data} ({config.nsamples} "
+                               f"windows x {config.seqlen} tokens)" if config.data else "none"}, sizes)
     if config.export in ("both", "dense"):
         from toolkit.compress.rotation import fold_online_rotations
         from toolkit.export.card import command_line, dense_card_notes

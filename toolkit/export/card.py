@@ -27,6 +27,7 @@ SERVE = {
         "`iclrkit eval ppl --model {path} --data ...`, `iclrkit eval tasks --model {path} --tasks ...`, or "
         "`toolkit.compress.packed.load_packed(\"{path}\")` in Python.\n"),
 }
+LIBRARY = {"compressed-tensors": "transformers", "gguf": "gguf", "packed": "iclrkit"}
 
 
 def command_line() -> str:
@@ -52,7 +53,7 @@ def card_text(kind: str, q, summary: dict, info: dict, path: Path) -> str:
     sparsity = meta.get("nm") or meta.get("sparsity", 0)
     rotation = _rotation(meta)
     lines = [
-        "---", "library_name: transformers" if kind == "compressed-tensors" else "library_name: gguf",
+        "---", f"library_name: {LIBRARY[kind]}",
         f"tags: [iclrkit, compress.{meta.get('method', '?')}, {kind}]", "---",
         f"# compress.{meta.get('method', '?')} W{meta.get('w_bits', q.bits)}A{meta.get('a_bits', 16)}"
         f"KV{meta.get('kv_bits', 16)} ({kind})", "",
@@ -80,9 +81,16 @@ def card_text(kind: str, q, summary: dict, info: dict, path: Path) -> str:
         if summary.get("float_ffn_down"):
             notes.append("llama.cpp has no online rotation: the rotated down_proj linears are folded (W·Q_intᵀ) and "
                          f"stored as {summary.get('float_type', 'F32')}, every other block linear as Q4_0.")
-    notes.append("Activations and the KV cache are 16-bit in this export (weight-only). W4A4/KV4 models need "
-                 "online activation quantization that transformers, vLLM and llama.cpp do not run with iclrkit's "
-                 "per-token grids, so they are kept in iclrkit's packed format.")
+    if kind == "packed":
+        notes.append(f"Activations ({meta.get('a_bits', 16)} bits) and the KV cache ({meta.get('kv_bits', 16)} bits) "
+                     "are fake-quantized by iclrkit when it loads this directory (`--model DIR`), as in the run's "
+                     "evaluation. W4A16 runs convert to engine formats with `iclrkit export "
+                     "compressed-tensors|gguf RUN_DIR`; W4A4/KV4 models stay in this format, because transformers, "
+                     "vLLM and llama.cpp do not run iclrkit's online per-token activation/KV quantization.")
+    else:
+        notes.append("Activations and the KV cache are 16-bit in this export (weight-only). W4A4/KV4 models need "
+                     "online activation quantization that transformers, vLLM and llama.cpp do not run with "
+                     "iclrkit's per-token grids, so they are kept in iclrkit's packed format.")
     lines += [n for n in notes if n]
     lines += ["", "## How to serve", "", SERVE[kind].format(path=path, dir=path.parent, name=path.name)]
     if summary:
@@ -115,3 +123,11 @@ def dense_card_notes(config, metadata: dict) -> str:
         "as a float model: no memory saving), or convert the packed/ output with `iclrkit export "
         "compressed-tensors|gguf RUN_DIR` for a real INT4 checkpoint.",
     ])
+
+
+def write_packed_card(out: Path, metadata: dict, bits: int, provenance: dict, summary: dict) -> Path:
+    """README.md of a compress run's packed/ directory."""
+    from types import SimpleNamespace
+
+    view = SimpleNamespace(metadata=metadata, provenance=provenance, bits=bits)
+    return write_card(out, "packed", view, {"format": "iclrkit packed (INT codes + bitmask)", **summary}, {})

@@ -1,0 +1,139 @@
+"""Does llama.cpp serve iclrkit's GGUF export? Greedy continuations of 5 prompts, llama.cpp vs the in-memory model.
+
+Benchmark script, not a test: it needs llama-cpp-python, which compiles llama.cpp from source, in its own venv so
+the core install stays free of it:
+
+    python3 -m venv .venv-llamacpp && .venv-llamacpp/bin/pip install llama-cpp-python
+    .venv/bin/python examples/obr/llamacpp_check.py --run runs/obr-w4a16-s50          # a compress run (packed/)
+    .venv/bin/python examples/obr/llamacpp_check.py                                   # makes an RTN W4A16 s50 run
+
+Steps: export RUN/packed to GGUF Q4_0 (toolkit.export.gguf); greedy-decode each prompt's token ids with
+(a) the in-memory fake-quant model `load_packed` rebuilds (what iclrkit evaluates), (b) the same model with every
+row scale rounded to fp16 (exactly the GGUF weights), (c) llama.cpp on the .gguf file, fed the same prompt token ids
+(no re-tokenisation), temperature 0. Reports, per prompt, the tokens llama.cpp agrees on before the first
+difference. llama.cpp's CPU path quantizes activations to 8 bits for Q4_0 dot products, so late divergence on
+near-tied logits is expected; the figure is what it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS = ["The capital of France is", "Once upon a time, there was a", "The best way to learn programming is",
+           "Water boils at a temperature of", "In 1969, the first man to walk on the moon was"]
+LLAMACPP = """
+import json, sys
+from llama_cpp import Llama
+spec = json.loads(sys.stdin.read())
+llm = Llama(model_path=spec["gguf"], n_ctx=512, n_threads=spec["threads"], logits_all=False, verbose=False)
+out = []
+for ids in spec["prompts"]:
+    llm.reset()
+    tokens = []
+    for token in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, repeat_penalty=1.0, reset=True):
+        if len(tokens) == spec["new_tokens"]:
+            break
+        tokens.append(int(token))
+    out.append(tokens)
+print(json.dumps(out))
+"""
+
+
+def _make_run(model: str, data: str, out: Path) -> Path:
+    command = [str(ROOT / ".venv" / "bin" / "iclrkit"), "compress", "rtn", "--model", model, "--data", data,
+               "--w-bits", "4", "--a-bits", "16", "--kv-bits", "16", "--sparsity", "0.5", "--nsamples", "8",
+               "--seqlen", "256", "--set", "export=packed", "--out", str(out)]
+    subprocess.run(["nice", "-n", "10", *command], check=True)
+    return out
+
+
+def _greedy(model, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    import torch
+
+    outputs = []
+    for ids in prompts:
+        sequence = list(ids)
+        with torch.no_grad():
+            for _ in range(new_tokens):
+                logits = model(torch.tensor([sequence])).logits[0, -1]
+                sequence.append(int(logits.argmax()))
+        outputs.append(sequence[len(ids):])
+    return outputs
+
+
+def _agreement(a: list[list[int]], b: list[list[int]]) -> list[int]:
+    """Per prompt: how many leading tokens match."""
+    counts = []
+    for x, y in zip(a, b):
+        n = 0
+        while n < min(len(x), len(y)) and x[n] == y[n]:
+            n += 1
+        counts.append(n)
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", help="compress run dir (with packed/) or a packed/ dir; default: make RTN W4A16")
+    parser.add_argument("--model", default="zoo:smollm2-135m")
+    parser.add_argument("--data", default=os.environ.get("ICLRKIT_DATA", str(ROOT.parent / "shared" / "data"))
+                        + "/wikitext-2/valid.txt")
+    parser.add_argument("--new-tokens", type=int, default=24)
+    parser.add_argument("--python", default=str(ROOT / ".venv-llamacpp" / "bin" / "python"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", help="write the JSON report here too")
+    args = parser.parse_args()
+
+    import torch
+
+    from toolkit.compress.packed import load_packed
+    from toolkit.export.gguf import save_gguf
+    from toolkit.export.quantized import from_packed
+    from toolkit.export.run import provenance, resolve_packed
+
+    torch.set_num_threads(args.threads)
+    work = Path(tempfile.mkdtemp(prefix="iclrkit-llamacpp-"))
+    run = Path(args.run) if args.run else _make_run(args.model, args.data, work / "run")
+    packed, record = resolve_packed(run)
+    q = from_packed(packed, provenance(record))
+    summary = save_gguf(q, work / "gguf")
+    gguf_path = work / "gguf" / summary["file"]
+    model, tokenizer = load_packed(packed)
+    prompts = [tokenizer(p)["input_ids"] for p in PROMPTS]
+    reference = _greedy(model, prompts, args.new_tokens)
+    with torch.no_grad():
+        for path, grid in q.linears.items():
+            module = model.get_submodule(path)
+            if getattr(module, "iclrkit_online_rotation", None) is None:  # GGUF keeps rotated down_proj float
+                module.weight.copy_(grid.codes.float() * grid.scales.half().float())
+    fp16_scales = _greedy(model, prompts, args.new_tokens)
+    spec = {"gguf": str(gguf_path), "prompts": prompts, "new_tokens": args.new_tokens, "threads": args.threads}
+    done = subprocess.run([args.python, "-c", LLAMACPP], input=json.dumps(spec), capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"llama.cpp run failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else '?'}")
+    served = json.loads(done.stdout.strip().splitlines()[-1])
+    vs_memory, vs_fp16 = _agreement(served, reference), _agreement(served, fp16_scales)
+    report = {"packed": str(packed), "gguf": str(gguf_path), "gguf_mb": summary["size_mb"],
+              "new_tokens": args.new_tokens, "prompts": PROMPTS,
+              "llamacpp_vs_in_memory_leading_tokens": vs_memory,
+              "llamacpp_vs_fp16_scales_leading_tokens": vs_fp16,
+              "fp16_scales_vs_in_memory_leading_tokens": _agreement(fp16_scales, reference),
+              "exact_prompts_vs_in_memory": sum(n == args.new_tokens for n in vs_memory),
+              "token_agreement_vs_in_memory": round(sum(vs_memory) / (len(PROMPTS) * args.new_tokens), 4),
+              "texts": {"in_memory": [tokenizer.decode(t) for t in reference],
+                        "llamacpp": [tokenizer.decode(t) for t in served]}}
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
