@@ -9,7 +9,8 @@
 
 A field becomes `--field-name` (or its `flag`, plus `short`), typed as the field (Optional: None = not typed, so
 the config layers below the flags win), with the field's description as help; Literal fields list their choices;
-bool fields are `--x/--no-x` switches; dict fields are repeated KEY=VALUE. A field with no default is required by
+bool fields are `--x/--no-x` switches; dict fields are repeated KEY=VALUE; lists are
+repeated flags, or one comma-separated value with `style: comma`. A field with no default is required by
 the config (so --config/--set can supply it too) and says so in --help. The config class must live in a module that does not import torch (the CLI imports it to build --help);
 `run` and `plan` are "module:function" strings imported only when the command runs.
 """
@@ -83,6 +84,11 @@ def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
         choices = [str(c) for c in typing.get_args(base)]
         help_text = f"{help_text} One of: {' | '.join(choices)}."
         kind = Optional[str]
+    elif origin in (list, tuple) and extra.get("style") == "comma":
+        item = (typing.get_args(base) or (str,))[0]
+        kind = Optional[str]
+        help_text = f"{help_text} (comma-separated)"
+        convert = _comma_list(flag, item)
     elif origin in (list, tuple):
         item = (typing.get_args(base) or (str,))[0]
         kind = Optional[list[item if item in (str, int, float) else str]]
@@ -96,6 +102,21 @@ def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
     else:
         kind = Optional[str]
     return Annotated[kind, typer.Option(*decls, help=help_text)], convert
+
+
+def _comma_list(flag: str, item: type) -> Callable[[Any], Any]:
+    def convert(text):
+        if text is None:
+            return None
+        from toolkit.core.errors import BadInputError
+
+        try:
+            return [item(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            kind = "numbers" if item in (int, float) else "values"
+            raise BadInputError(f"{flag} expects comma-separated {kind}, got {text!r}") from None
+
+    return convert
 
 
 def _key_values(flag: str) -> Callable[[Any], Any]:

@@ -78,3 +78,18 @@ def test_a_field_without_description_cannot_become_a_flag():
 
     with pytest.raises(TypeError, match="needs a description"):
         option_for(Bare, "x")
+
+
+class CommaConfig(BaseConfig):
+    sizes: list[int] = Field([1], description="Sizes.", json_schema_extra={"flag": "--n", "style": "comma"})
+
+
+def test_comma_style_lists():
+    app = typer.Typer()
+    config_command(app, "c", config=CommaConfig, run=toy_run, technique="test.c", help="c", flags=["sizes"],
+                   needs_out=False, optional_out=True)
+    app.command("other")(lambda: None)
+    ok = CliRunner().invoke(app, ["c", "--n", "3,4", "--json"], catch_exceptions=False)
+    assert ok.exit_code == 0 and SEEN["config"].sizes == [3, 4]
+    bad = CliRunner().invoke(app, ["c", "--n", "3,x"], catch_exceptions=False)
+    assert bad.exit_code == 2 and "comma-separated numbers" in bad.stderr

@@ -26,19 +26,22 @@ from toolkit.core.config import BaseConfig
 class BenignOverfitConfig(BaseConfig):
     """Grid of (n, d, ‖μ‖); every point trains one network per repeat and measures train/test error."""
 
-    n_values: list[int] = Field([50], min_length=1, description="Training-set sizes n.")
-    d_values: list[int] = Field([50, 200, 1000, 3000], min_length=1, description="Dimensions d.")
-    mu_norms: list[float] = Field([1.0, 2.0, 3.0], min_length=1, description="Signal strengths ‖μ‖.")
+    n_values: list[int] = Field([50], min_length=1, description="Training-set sizes n.",
+                                json_schema_extra={"flag": "--n", "style": "comma"})
+    d_values: list[int] = Field([50, 200, 1000, 3000], min_length=1, description="Dimensions d.",
+                                json_schema_extra={"flag": "--d", "style": "comma"})
+    mu_norms: list[float] = Field([1.0, 2.0, 3.0], min_length=1, description="Signal strengths ‖μ‖.",
+                                  json_schema_extra={"flag": "--mu", "style": "comma"})
     width: int = Field(10, ge=2, description="Hidden width m (even: half the a_j are +1/√m, half −1/√m).")
     leak: float = Field(0.1, gt=0, lt=1, description="Leaky-ReLU slope γ.")
     step_size: float = Field(0.05, gt=0, description="GD step η.")
     init_scale: float = Field(1e-6, ge=0, description="Std of the initial weights; must be ≪ η.")
-    steps: int = Field(3000, ge=2, description="Full-batch GD steps.")
+    steps: int = Field(3000, ge=2, description="GD steps (full batch).")
     loss: Literal["exponential", "logistic"] = Field("exponential", description="Paper: exponential.")
     noise: Literal["gaussian", "student_t"] = Field("gaussian", description="Noise z; Student-t is unit-variance.")
     dof: float = Field(5.0, description="Student-t degrees of freedom ν (> 2 for a finite variance).")
     n_test: int = Field(4000, ge=1, description="Fresh test points per grid point.")
-    repeats: int = Field(1, ge=1, description="Independent training sets per grid point (errors averaged).")
+    repeats: int = Field(1, ge=1, description="Training sets per grid point (errors averaged).")
 
     @model_validator(mode="after")
     def _check(self) -> BenignOverfitConfig:

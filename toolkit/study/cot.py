@@ -42,11 +42,12 @@ class CotConfig(BaseConfig):
     n_test: int = Field(300, ge=1, description="Items per probe set (id_atomic, iid and OOD two-hop).")
     label_noise: float = Field(0.0, ge=0, lt=1, description="Share of two-hop train items with a random answer t.")
     modes: list[Literal["cot", "nocot"]] = Field(["cot", "nocot"], min_length=1,
-                                                 description="Train one model per target format.")
+                                                 description="cot and/or nocot (repeatable): one model per target "
+                                                             "format.")
     n_layer: int = Field(4, ge=1, description="GPT-2 blocks (paper: 8).")
     n_embd: int = Field(128, ge=8, description="Residual width.")
     n_head: int = Field(4, ge=1, description="Attention heads (paper: 12).")
-    steps: int = Field(2000, ge=1, description="AdamW steps per model (paper: 20k).")
+    steps: int = Field(2000, ge=1, description="Training (AdamW) steps per model (paper: 20k).")
     batch_size: int = Field(128, ge=1, description="Sequences per step (paper: 512).")
     lr: float = Field(1e-3, gt=0, description="Peak learning rate (paper: 1e-4 at 20k steps; higher when scaled down).")
     weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay (paper: 0.1).")
