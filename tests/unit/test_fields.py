@@ -84,9 +84,13 @@ class CommaConfig(BaseConfig):
     sizes: list[int] = Field([1], description="Sizes.", json_schema_extra={"flag": "--n", "style": "comma"})
 
 
+def comma_run(config, ctx):
+    SEEN["config"] = config
+
+
 def test_comma_style_lists():
     app = typer.Typer()
-    config_command(app, "c", config=CommaConfig, run=toy_run, technique="test.c", help="c", flags=["sizes"],
+    config_command(app, "c", config=CommaConfig, run=comma_run, technique="test.c", help="c", flags=["sizes"],
                    needs_out=False, optional_out=True)
     app.command("other")(lambda: None)
     ok = CliRunner().invoke(app, ["c", "--n", "3,4", "--json"], catch_exceptions=False)
