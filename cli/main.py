@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     except exceptions.ClickException as exc:
         typer.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
-    except exceptions.Abort:
+    except typer.Abort:
         typer.echo("error: interrupted", err=True)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
