@@ -2,25 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
-from cli._options import (
-    ConfigOpt,
-    DataOpt,
-    DeviceOpt,
-    DryRunOpt,
-    DtypeOpt,
-    JsonOpt,
-    ModelOpt,
-    OutOpt,
-    OverwriteOpt,
-    ResumeOpt,
-    SeedOpt,
-    SetOpt,
-)
-from cli._runner import Common, execute
+from cli._fields import STANDARD, config_command
+from toolkit.remove_ln.config import AnalyzeConfig, RemoveLNConfig
 
 app = typer.Typer(no_args_is_help=True, help="Remove LayerNorm from GPT-2 by fine-tuning (arXiv 2507.02559).")
 
@@ -46,54 +31,22 @@ def _plan(config, ctx) -> dict:
     return plan
 
 
-@app.command("run", help="Fine-tune with the LN-removal schedule, export an LN-free GPT-2 (plain and/or folded).",
-             epilog="Examples: iclrkit remove-ln run -m zoo:gpt2-small -d train.txt --eval-data test.txt "
-                    "--steps 100 --batch-size 16 --seqlen 128 --vanilla-control -o runs/lnfree | "
-                    "iclrkit remove-ln run -m gpt2 -d openwebtext.txt --export both -o out --resume")
-def run(
-    model: ModelOpt,
-    data: DataOpt = None,
-    eval_data: Annotated[str | None, typer.Option(help="Text for CE (default: 5% held out of --data).")] = None,
-    steps: Annotated[int | None, typer.Option(help="Optimizer steps (paper: 300 for GPT-2 small).")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Sequences per micro-batch.")] = None,
-    grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per optimizer step.")] = None,
-    seqlen: Annotated[int | None, typer.Option(help="Tokens per sequence (default min(1024, n_positions)).")] = None,
-    lr: Annotated[float | None, typer.Option(help="Peak learning rate (paper 6e-4).")] = None,
-    sigma_mode: Annotated[str | None, typer.Option(
-        help="recompute_on_real (paper) | recompute_on_fake | initial: how σ_avg is tracked.")] = None,
-    vanilla_control: Annotated[bool | None, typer.Option(
-        "--vanilla-control/--no-vanilla-control", help="Also fine-tune with LayerNorm on the same tokens.")] = None,
-    export: Annotated[str | None, typer.Option(help="plain | folded | both.")] = None,
-    out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
-    device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
-    overwrite: OverwriteOpt = False, resume: ResumeOpt = False,
-) -> None:
-    from toolkit.remove_ln.train import RemoveLNConfig, run_remove_ln
+config_command(
+    app, "run", config=RemoveLNConfig, run="toolkit.remove_ln.train:run_remove_ln", technique="remove-ln",
+    help="Fine-tune with the LN-removal schedule, export an LN-free GPT-2 (plain and/or folded).",
+    epilog="Examples: iclrkit remove-ln run -m zoo:gpt2-small -d train.txt --eval-data test.txt --steps 100 "
+           "--batch-size 16 --seqlen 128 --vanilla-control -o runs/lnfree | "
+           "iclrkit remove-ln run -m gpt2 -d openwebtext.txt --export both -o out --resume",
+    flags=["model", "data", "eval_data", "steps", "batch_size", "grad_accum", "seqlen", "lr", "sigma_mode",
+           "vanilla_control", "export"],
+    common=(*STANDARD, "dtype", "resume"), plan=_plan,
+    inputs=lambda f: {"model": f["model"], "data": f["data"], "eval_data": f["eval_data"]})
 
-    execute(technique="remove-ln", config_cls=RemoveLNConfig,
-            flags={"model": model, "data": data, "eval_data": eval_data, "steps": steps, "batch_size": batch_size,
-                   "grad_accum": grad_accum, "seqlen": seqlen, "lr": lr, "sigma_mode": sigma_mode,
-                   "vanilla_control": vanilla_control, "export": export},
-            common=Common.of(locals()),
-            run=run_remove_ln, inputs={"model": model, "data": data, "eval_data": eval_data}, plan=_plan)
-
-
-@app.command("analyze", help="Direct logit attribution per component (sums to the logits on an LN-free model) and CE.",
-             epilog="Examples: iclrkit remove-ln analyze -m runs/lnfree/model -d test.txt --reference zoo:gpt2-small | "
-                    "iclrkit remove-ln analyze -m runs/lnfree/model-folded --json")
-def analyze(
-    model: ModelOpt,
-    data: DataOpt = None,
-    reference: Annotated[str | None, typer.Option(help="Compare with this model (e.g. the original).")] = None,
-    seqlen: Annotated[int | None, typer.Option(help="Tokens per window (default min(128, n_positions)).")] = None,
-    windows: Annotated[int | None, typer.Option(help="Windows for DLA.")] = None,
-    out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
-    device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
-    overwrite: OverwriteOpt = False,
-) -> None:
-    from toolkit.remove_ln.analyze import AnalyzeConfig, run_analyze
-
-    execute(technique="remove-ln.analyze", config_cls=AnalyzeConfig,
-            flags={"model": model, "data": data, "reference": reference, "seqlen": seqlen, "windows": windows},
-            common=Common.of(locals()),
-            run=run_analyze, inputs={"model": model, "data": data, "reference": reference}, needs_out=False)
+config_command(
+    app, "analyze", config=AnalyzeConfig, run="toolkit.remove_ln.analyze:run_analyze", technique="remove-ln.analyze",
+    help="Direct logit attribution per component (sums to the logits on an LN-free model) and CE.",
+    epilog="Examples: iclrkit remove-ln analyze -m runs/lnfree/model -d test.txt --reference zoo:gpt2-small | "
+           "iclrkit remove-ln analyze -m runs/lnfree/model-folded --json",
+    flags=["model", "data", "reference", "seqlen", "windows"], common=(*STANDARD, "dtype"),
+    inputs=lambda f: {"model": f["model"], "data": f["data"], "reference": f["reference"]}, needs_out=False,
+    optional_out=True)

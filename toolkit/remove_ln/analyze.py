@@ -12,22 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError
-
-
-class AnalyzeConfig(BaseConfig):
-    """DLA and CE of a GPT-2 (an LN-free export, plain or folded, or any original GPT-2 for comparison).
-
-    Paper: https://arxiv.org/abs/2507.02559 — official code https://github.com/submarat/removing-layer-norm."""
-
-    model: str
-    reference: str | None = None  # e.g. the original model: its CE and DLA error are reported beside
-    data: str | None = None  # text for CE and DLA
-    seqlen: int | None = None  # default min(128, n_positions)
-    windows: int = 16  # DLA on this many windows
-    eval_windows: int | None = 200  # CE on at most this many windows
-    top: int = 10  # components listed by mean |DLA| on the correct next token
+from toolkit.remove_ln.config import AnalyzeConfig
 
 
 def load_any(spec: str, device: str):

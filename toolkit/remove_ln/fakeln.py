@@ -9,14 +9,13 @@ GPT-2's ln_1 is split into a Q/K path and a V path that are switched off at diff
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from torch import nn
 
 from toolkit.core.errors import BadInputError
+from toolkit.remove_ln.config import SigmaMode
 
-SigmaMode = Literal["recompute_on_real", "recompute_on_fake", "initial"]
 SUPPORTED = ("gpt2",)
 
 

@@ -12,46 +12,14 @@ import json
 import logging
 import math
 import os
-from typing import Literal
 
 import torch
 
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, RunError
-from toolkit.remove_ln.fakeln import SigmaMode
+from toolkit.remove_ln.config import RemoveLNConfig
 
 log = logging.getLogger("iclrkit")
 PAPER = "https://arxiv.org/abs/2507.02559"
-
-
-class RemoveLNConfig(BaseConfig):
-    """LayerNorm removal by fine-tuning. Defaults follow the official `gpt2` config except the batch, which the
-    paper sets to 480 × 1024 tokens per step (~0.5M) and which is sized here for the machine at hand."""
-
-    model: str
-    data: str | None = None  # training text (.txt/.jsonl/embedded/hub id)
-    eval_data: str | None = None  # CE text; default: a held-out 5% paragraph split of `data`
-    steps: int = 300  # optimizer steps (official gpt2: 300)
-    batch_size: int = 8  # sequences per micro-batch
-    grad_accum: int = 1  # micro-batches per optimizer step
-    seqlen: int | None = None  # tokens per sequence; default min(1024, n_positions)
-    lr: float = 6e-4  # peak LR of cosine_with_min_lr (official 6e-4)
-    min_lr: float = 3e-4  # final LR (official 3e-4)
-    warmup_fraction: float = 20 / 300  # warmup steps / steps (official 20 of 300)
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    momentum: float = 0.9  # EMA momentum of σ_avg (official 0.9)
-    sigma_mode: SigmaMode = "recompute_on_real"  # the paper's wording: σ tracked while real, frozen at the switch
-    start_fraction: float = 20 / 300  # first removal at this fraction of the steps (official step 20 of 300)
-    end_fraction: float = 116 / 300  # BOS stage (the last event) at this fraction (official step 116 of 300)
-    gaps: tuple[int, int, int] = (2, 2, 3)  # relative gaps between ln_2 / ln_1-QK / ln_1-V removals
-    eot_split: Literal["none", "line", "paragraph"] = "line"  # append EOT after each line/paragraph of `data`
-    vanilla_control: bool = False  # also fine-tune with LayerNorm on the same tokens (the paper's baseline)
-    export: Literal["plain", "folded", "both"] = "plain"
-    eval_windows: int | None = 200  # CE on at most this many seqlen windows (None: all)
-    calibration_batches: int = 4  # batches for the initial σ (the official std dicts)
-    checkpoint_every: int = 50  # steps between --resume checkpoints
-    log_every: int = 25
 
 
 def run_remove_ln(config: RemoveLNConfig, ctx) -> dict:
