@@ -76,9 +76,10 @@ class SafetensorsIndex:
         self.shard_of: dict[str, str] = {}
         self.dtype_of: dict[str, torch.dtype] = {}
         self.shape_of: dict[str, tuple[int, ...]] = {}
-        float_dtypes: dict[torch.dtype, str] = {}
+        float_dtypes: dict[torch.dtype, str] = {}  # each shard's main float dtype (by bytes) -> first such shard
         for shard in shards:
             header = read_header(self.directory / shard)
+            sizes: dict[torch.dtype, int] = {}
             for name, info in header.items():
                 if info["dtype"] not in _DTYPES:
                     raise BadInputError(f"{shard}: tensor '{name}' has unsupported dtype {info['dtype']}")
@@ -86,7 +87,9 @@ class SafetensorsIndex:
                 self.shard_of[name], self.dtype_of[name] = shard, dtype
                 self.shape_of[name] = tuple(info["shape"])
                 if dtype.is_floating_point:
-                    float_dtypes.setdefault(dtype, shard)
+                    sizes[dtype] = sizes.get(dtype, 0) + _numel(info["shape"]) * _bytes_of(dtype)
+            if sizes:
+                float_dtypes.setdefault(max(sizes, key=sizes.get), shard)
         if len(float_dtypes) > 1:
             found = ", ".join(f"{str(d).removeprefix('torch.')} ({s})" for d, s in float_dtypes.items())
             raise BadInputError(f"{self.directory}: shards disagree on the weight dtype: {found}")
@@ -96,7 +99,6 @@ class SafetensorsIndex:
                 raise BadInputError(f"{index_file} maps {len(absent)} tensor(s) to shards that do not hold them, "
                                     f"e.g. '{absent[0]}'")
         self.dtype = next(iter(float_dtypes), torch.float32)
-        self._handles: dict[str, object] = {}
 
     def names(self) -> list[str]:
         return list(self.shard_of)

@@ -1,0 +1,307 @@
+"""Scale benchmark (issue 25): random-weight Llama models of real shapes, compressed with per-block onloading.
+
+    python examples/scale/bench.py [--shapes 135M,360M,1.1B] [--methods gptq,obr] [--work DIR] [--skip-merge]
+
+Models are written once as sharded bf16 safetensors from a fixed seed (time and disk recorded). Each compress runs
+in its own process (`compress gptq|obr`, W4A16 + 50 % sparsity, 8 x 512 calibration tokens, onload=true) so its
+peak RSS (getrusage ru_maxrss) is its own; the plan is toolkit.models.memory.plan_memory from config.json plus the
+RSS the process had before its first tensor. The 7B shape gets its --dry-run plan and one measured block (a
+1-block model of the Llama-2-7B shape: the per-block cost does not depend on depth). The 3-way merge streams
+three 1.1B-shape models. Weights are random: quality is not measured, cost is.
+
+Rows go to examples/scale/results.json; RESULTS.md is written from them. Only measured figures are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MB = 2**20
+
+SHAPES = {
+    # SmolLM2-135M / SmolLM2-360M (HuggingFaceTB) and TinyLlama-1.1B / Llama-2-7B configs
+    "135M": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                 num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=8192,
+                 rope_theta=100000.0, rms_norm_eps=1e-5),
+    "360M": dict(hidden_size=960, intermediate_size=2560, num_hidden_layers=32, num_attention_heads=15,
+                 num_key_value_heads=5, vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=8192,
+                 rope_theta=100000.0, rms_norm_eps=1e-5),
+    "1.1B": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                 num_key_value_heads=4, vocab_size=32000, tie_word_embeddings=False, max_position_embeddings=2048,
+                 rope_theta=10000.0, rms_norm_eps=1e-5),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=2000, tie_word_embeddings=True, max_position_embeddings=1024,
+                 rope_theta=10000.0, rms_norm_eps=1e-5),  # smoke test only
+    "7B": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=32, vocab_size=32000, tie_word_embeddings=False, max_position_embeddings=4096,
+               rope_theta=10000.0, rms_norm_eps=1e-5),
+}
+NSAMPLES, SEQLEN = 8, 512
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def config_of(shape: str, layers: int | None = None) -> dict:
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
+            "bos_token_id": 0, "eos_token_id": 0, "dtype": "bfloat16", **SHAPES[shape],
+            **({"num_hidden_layers": layers} if layers else {})}
+
+
+def write_random_model(path: Path, config: dict, seed: int, tokenizer=None) -> dict:
+    """Random N(0, 0.02) weights (norms 1) in bf16, one tensor at a time into 1 GB shards."""
+    import torch
+
+    from toolkit.models.lazy import ShardWriter
+    from toolkit.models.memory import skeleton
+
+    started = time.perf_counter()
+    model = skeleton(config)
+    tied = config.get("tie_word_embeddings", False)
+    params = [(n, p) for n, p in model.named_parameters() if not (tied and n == "lm_head.weight")]
+    writer = ShardWriter(path, [(n, torch.bfloat16, tuple(p.shape)) for n, p in params], max_shard_bytes=10**9)
+    for position, (name, param) in enumerate(params):
+        generator = torch.Generator().manual_seed(seed * 100_003 + position)
+        if name.endswith("norm.weight"):
+            value = torch.ones(param.shape)
+        else:
+            value = torch.empty(param.shape).normal_(0.0, 0.02, generator=generator)
+        writer.add({name: value.to(torch.bfloat16)})
+        del value
+    writer.close()
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    return {"seconds": round(time.perf_counter() - started, 1), "disk_mb": round(dir_bytes(path) / MB, 1),
+            "parameters": sum(p.numel() for _, p in params)}
+
+
+# -- subprocesses: one measurement each, its own peak RSS ------------------------------------------------------------
+
+def _import_runtime() -> None:
+    """Import what the run will import (torch, transformers' Llama, tokenizers), so the baseline RSS holds it."""
+    import torch  # noqa: F401
+    from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: F401
+
+    import toolkit.compress.obr  # noqa: F401
+    import toolkit.compress.solvers  # noqa: F401
+
+
+def child_compress(model: str, method: str, out: str) -> dict:
+    _import_runtime()
+
+    from toolkit.compress.baselines import GptqConfig
+    from toolkit.compress.obr import ObrConfig
+    from toolkit.compress.recipe import run_compress
+    from toolkit.core.context import RunContext
+    from toolkit.models.memory import plan_memory
+
+    baseline = rss_bytes()
+    cls = GptqConfig if method == "gptq" else ObrConfig
+    config = cls(model=model, data="embedded", nsamples=NSAMPLES, seqlen=SEQLEN, w_bits=4, a_bits=16, kv_bits=16,
+                 sparsity=0.5, rotate=False, export="dense", onload=True)
+    plan = plan_memory(model, nsamples=NSAMPLES, seqlen=SEQLEN, runtime_bytes=baseline)
+    ctx = RunContext(out=Path(out), quiet=True)
+    started = time.perf_counter()
+    run_compress(config, ctx)
+    seconds = time.perf_counter() - started
+    per_block = ctx.metrics["seconds_per_block"]
+    return {"seconds": round(seconds, 1), "seconds_per_block": per_block, "peak_rss_mb": round(peak_rss_bytes() / MB),
+            "baseline_rss_mb": round(baseline / MB), "planned_mb": round(plan["peak_bytes"]["cpu"] / MB),
+            "plan": plan["mb"], "sparsity": ctx.metrics["sparsity"], "blocks": plan["blocks"],
+            "output_mb": round(dir_bytes(Path(out) / "model") / MB, 1)}
+
+
+def child_merge(models: str, out: str) -> dict:
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
+
+    from toolkit.core.context import RunContext
+    from toolkit.merge.weightspace import AverageConfig, run_average
+
+    baseline = rss_bytes()
+    ctx = RunContext(out=Path(out), quiet=True)
+    started = time.perf_counter()
+    run_average(AverageConfig(models=models.split(",")), ctx)
+    return {"seconds": round(time.perf_counter() - started, 1), "peak_rss_mb": round(peak_rss_bytes() / MB),
+            "baseline_rss_mb": round(baseline / MB), "streamed": ctx.metrics.get("streamed"),
+            "output_mb": round(dir_bytes(Path(out) / "model") / MB, 1)}
+
+
+def run_child(*args: str) -> dict:
+    command = ["nice", "-n", "10", sys.executable, str(Path(__file__).resolve()), *args]
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if result.returncode != 0:
+        raise SystemExit(f"child failed ({' '.join(args)}):\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# -- the driver --------------------------------------------------------------------------------------------------
+
+def load_rows() -> list[dict]:
+    path = HERE / "results.json"
+    return json.loads(path.read_text())["rows"] if path.is_file() else []
+
+
+def save_rows(rows: list[dict], extra: dict) -> None:
+    path = HERE / "results.json"
+    previous = json.loads(path.read_text()) if path.is_file() else {}
+    previous.update(extra)
+    previous["rows"] = rows
+    path.write_text(json.dumps(previous, indent=2))
+    write_markdown(previous)
+
+
+def upsert(rows: list[dict], row: dict) -> None:
+    key = (row["shape"], row["method"])
+    rows[:] = [r for r in rows if (r["shape"], r["method"]) != key] + [row]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", default="135M,360M,1.1B")
+    parser.add_argument("--methods", default="gptq,obr")
+    parser.add_argument("--work", default=str(HERE.parents[1] / "runs" / "scale"))
+    parser.add_argument("--skip-merge", action="store_true")
+    parser.add_argument("--skip-7b", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the compressed outputs")
+    args = parser.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    rows = load_rows()
+    extra = json.loads((HERE / "results.json").read_text()) if (HERE / "results.json").is_file() else {}
+    written = extra.get("models_written", {})
+    machine = {"cpus": os.cpu_count(), "note": "2 cores shared with other jobs; runs under nice -n 10"}
+    tokenizer = None
+
+    def ensure(shape: str, name: str | None = None, seed: int = 0, layers: int | None = None) -> Path:
+        nonlocal tokenizer
+        path = work / (name or shape)
+        if (path / "config.json").is_file():
+            return path
+        if tokenizer is None:
+            from toolkit.data.text import embedded_text
+            from toolkit.zoo.lm import train_tokenizer
+
+            tokenizer = train_tokenizer(embedded_text()[:400_000], vocab_size=2000)
+        info = write_random_model(path, config_of(shape, layers), seed, tokenizer)
+        written[name or shape] = info
+        print(f"wrote {name or shape}: {info}", flush=True)
+        save_rows(rows, {"models_written": written, "machine": machine})
+        return path
+
+    for shape in [s for s in args.shapes.split(",") if s]:
+        model = ensure(shape)
+        for method in [m for m in args.methods.split(",") if m]:
+            out = work / f"out-{shape}-{method}"
+            shutil.rmtree(out, ignore_errors=True)
+            result = run_child("_compress", str(model), method, str(out))
+            if not args.keep:
+                shutil.rmtree(out, ignore_errors=True)
+            row = {"shape": shape, "method": method, "params": written.get(shape, {}).get("parameters"), **result}
+            per_block = result["seconds_per_block"]
+            row["seconds_per_block_mean"] = round(sum(per_block) / len(per_block), 2)
+            row["seconds_per_block"] = [round(t, 2) for t in per_block]
+            upsert(rows, row)
+            save_rows(rows, {"models_written": written, "machine": machine})
+            print(json.dumps({k: v for k, v in row.items() if k != "plan"}), flush=True)
+
+    if not args.skip_7b:
+        import torch
+
+        from toolkit.models.memory import plan_memory
+
+        full = plan_memory(config_of("7B"), nsamples=NSAMPLES, seqlen=SEQLEN)
+        h200 = plan_memory(config_of("7B"), nsamples=128, seqlen=4096, device="cuda", compute_dtype=torch.bfloat16,
+                           save_dtype=torch.bfloat16)
+        model = ensure("7B", name="7B-1block", layers=1)
+        out = work / "out-7B"
+        shutil.rmtree(out, ignore_errors=True)
+        result = run_child("_compress", str(model), "gptq", str(out))
+        shutil.rmtree(out, ignore_errors=True)
+        row = {"shape": "7B", "method": "gptq", "note": "1-block model of the Llama-2-7B shape (its block measured); plan for 32 blocks",
+               "params": full["parameters"], "planned_mb": round(full["peak_bytes"]["cpu"] / MB),
+               "plan": full["mb"], "plan_h200_128x4096_bf16_mb": h200["peak_mb"],
+               "seconds_per_block": [round(t, 2) for t in result["seconds_per_block"]],
+               "seconds_per_block_mean": round(result["seconds_per_block"][0], 2),
+               "peak_rss_mb": result["peak_rss_mb"], "baseline_rss_mb": result["baseline_rss_mb"],
+               "measured_1block_planned_mb": result["planned_mb"], "seconds": None}
+        upsert(rows, row)
+        save_rows(rows, {"models_written": written, "machine": machine})
+        print(json.dumps({k: v for k, v in row.items() if k != "plan"}), flush=True)
+
+    if not args.skip_merge:
+        parents = [ensure("1.1B", name=f"1.1B-merge{i}", seed=10 + i) for i in range(3)]
+        out = work / "out-merge"
+        shutil.rmtree(out, ignore_errors=True)
+        result = run_child("_merge", ",".join(map(str, parents)), str(out))
+        shutil.rmtree(out, ignore_errors=True)
+        row = {"shape": "1.1B", "method": "merge-average-3way", "params": written.get("1.1B-merge0", {}).get(
+            "parameters"), "planned_mb": None, "seconds_per_block": None, **result}
+        upsert(rows, row)
+        save_rows(rows, {"models_written": written, "machine": machine})
+        print(json.dumps(row), flush=True)
+
+
+def write_markdown(data: dict) -> None:
+    rows = data.get("rows", [])
+    lines = ["# Scale benchmark (issue 25)", "",
+             "Random-weight Llama models of real shapes (bf16 safetensors, 1 GB shards, fixed seed), compressed with "
+             "per-block onloading (`compress gptq|obr --set onload=true`, W4A16 + 50 % unstructured sparsity, "
+             f"{NSAMPLES} x {SEQLEN} calibration tokens, unrotated, dense export in float32) on this machine "
+             f"({data.get('machine', {}).get('note', '')}). Each run is its own process; peak RSS is its "
+             "`ru_maxrss`. planned_mb = `toolkit.models.memory.plan_memory` (config.json only) + the RSS the "
+             "process had before its first tensor (baseline_rss_mb). Weights are random: no quality figure. "
+             "Generated by `make bench-scale` (examples/scale/bench.py) from results.json.", "",
+             "| shape | method | params | peak RSS MB | planned MB | plan/measured | seconds | s/block (mean) | "
+             "s/block first→last |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = (f"{r['planned_mb'] / r['peak_rss_mb']:.2f}" if r.get("planned_mb") and r.get("peak_rss_mb")
+                 else "-")
+        blocks = r.get("seconds_per_block") or []
+        span = f"{blocks[0]}→{blocks[-1]}" if blocks else "-"
+        params = f"{r['params'] / 1e6:.0f}M" if r.get("params") else "-"
+        lines.append(f"| {r['shape']} | {r['method']} | {params} | {r.get('peak_rss_mb', '-')} | "
+                     f"{r.get('planned_mb') or '-'} | {ratio} | {r.get('seconds') or '-'} | "
+                     f"{r.get('seconds_per_block_mean') or '-'} | {span} |")
+    written = data.get("models_written", {})
+    if written:
+        lines += ["", "Models written (random bf16, once):", "",
+                  "| model | parameters | seconds | disk MB |", "|---|---|---|---|"]
+        for name, info in written.items():
+            lines.append(f"| {name} | {info['parameters'] / 1e6:.1f}M | {info['seconds']} | {info['disk_mb']} |")
+    notes = data.get("notes", [])
+    if notes:
+        lines += ["", *notes]
+    (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_compress":
+        print(json.dumps(child_compress(*sys.argv[2:5])))
+    elif len(sys.argv) > 1 and sys.argv[1] == "_merge":
+        print(json.dumps(child_merge(*sys.argv[2:4])))
+    else:
+        main()
