@@ -46,3 +46,9 @@ repro-%: install
 
 clean-ext:
 	rm -f toolkit/_C*.so $(EXT_STAMP)
+
+
+# Scale benchmark (issue 25): random-weight 135M/360M/1.1B Llama shapes compressed with per-block onloading, the 7B
+# plan + one measured block, a streamed 3-way 1.1B merge -> examples/scale/results.json + RESULTS.md (hours on 2 cores).
+bench-scale: install
+	nice -n 10 $(PY) examples/scale/bench.py
