@@ -16,6 +16,7 @@ import os
 import torch
 
 from toolkit.core.errors import BadInputError, RunError
+from toolkit.nn.schedule import warmup_cosine
 from toolkit.remove_ln.config import RemoveLNConfig
 
 log = logging.getLogger("iclrkit")
@@ -174,12 +175,8 @@ def model_fingerprint(model, config: RemoveLNConfig) -> dict:
 
 def lr_factor(step: int, config: RemoveLNConfig) -> float:
     """cosine_with_min_lr (HF): linear warmup, then cosine from lr down to min_lr; returned as a factor of lr."""
-    warmup = round(config.warmup_fraction * config.steps)
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, config.steps - warmup)
     floor = config.min_lr / config.lr if config.lr > 0 else 0.0
-    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    return warmup_cosine(step, config.steps, round(config.warmup_fraction * config.steps), floor)
 
 
 def train(model, train_ids, config: RemoveLNConfig, ctx, seqlen: int, fingerprint: dict, phase: str,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 
 import torch
 
 from toolkit.data.text import split_text, tokenize
+from toolkit.nn.schedule import cosine, linear_warmup
 
 log = logging.getLogger("iclrkit")
 SPECIAL = "<|endoftext|>"
@@ -61,8 +61,8 @@ def optimise(model, batch_stream, spec: TrainSpec, on_step=None) -> float:
     batches of `batch_stream`; `on_step(step, loss)` after each. Returns the last training loss."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95),
                                   weight_decay=spec.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / spec.warmup) * 0.5 * (
-        1 + math.cos(math.pi * min(s, spec.steps) / spec.steps)))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: linear_warmup(s, spec.warmup) * cosine(min(s, spec.steps) / spec.steps))
     model.train()
     loss = torch.tensor(float("nan"))
     for step, batch in zip(range(spec.steps), batch_stream):
