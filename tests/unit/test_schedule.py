@@ -22,3 +22,15 @@ def test_warmup_then_cosine_as_cosine_with_min_lr():
                     else floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * ((step - warmup) / (steps - warmup)))))
         assert warmup_cosine(step, steps, warmup, floor) == expected
     assert linear_warmup(0, 0) == 1.0 and linear_warmup(4, 10) == 0.5 and linear_warmup(50, 10) == 1.0
+
+
+def test_step_form_keeps_the_loops_learning_rates_bit_identical():
+    """The zoo recipe and MBU-Net computed the angle as π·step/total; cosine_steps keeps that order."""
+    from toolkit.nn.schedule import cosine_steps
+
+    for warmup, total in ((10, 100), (50, 2000), (7, 13)):
+        for s in range(total + 3):
+            zoo = min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total))
+            assert linear_warmup(s, warmup) * cosine_steps(min(s, total), total) == zoo
+            assert 2e-3 * cosine_steps(min(s, total), total) == 2e-3 * 0.5 * (
+                1 + math.cos(math.pi * min(s, total) / total))

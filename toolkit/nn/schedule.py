@@ -15,6 +15,12 @@ def cosine(progress: float, floor: float = 0.0) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p))
 
 
+def cosine_steps(step: int, total: int, floor: float = 0.0) -> float:
+    """`cosine` at step/total, with the angle computed as π·step/total (the order the step-indexed loops use, so
+    their learning rates stay bit-identical)."""
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * step / total))
+
+
 def linear_warmup(step: int, warmup: int) -> float:
     """(step + 1) / warmup for the first `warmup` steps, then 1 (no warm-up when warmup <= 0)."""
     return 1.0 if warmup <= 0 else min(1.0, (step + 1) / warmup)

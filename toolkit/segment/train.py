@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import RunError
-from toolkit.nn.schedule import cosine
+from toolkit.nn.schedule import cosine_steps
 from toolkit.segment.budget import (
     choose_mask_ratios,
     layer_bitops,
@@ -45,7 +45,7 @@ def train_steps(model: UNet, images: torch.Tensor, masks: torch.Tensor, steps: i
     iterator = range(start, start + steps)
     for step in (progress(iterator, total=steps, description="train") if progress else iterator):
         for group in optimizer.param_groups:
-            group["lr"] = lr * cosine(step / total)
+            group["lr"] = lr * cosine_steps(step, total)
         idx = torch.randint(0, len(images), (min(batch_size, len(images)),), generator=generator)
         x, y = augment(images[idx], masks[idx], generator)
         loss = F.cross_entropy(model(x.to(device)), y.to(device))

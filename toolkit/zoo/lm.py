@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from toolkit.data.text import split_text, tokenize
-from toolkit.nn.schedule import cosine, linear_warmup
+from toolkit.nn.schedule import cosine_steps, linear_warmup
 
 log = logging.getLogger("iclrkit")
 SPECIAL = "<|endoftext|>"
@@ -62,7 +62,7 @@ def optimise(model, batch_stream, spec: TrainSpec, on_step=None) -> float:
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95),
                                   weight_decay=spec.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: linear_warmup(s, spec.warmup) * cosine(min(s, spec.steps) / spec.steps))
+        optimizer, lambda s: linear_warmup(s, spec.warmup) * cosine_steps(min(s, spec.steps), spec.steps))
     model.train()
     loss = torch.tensor(float("nan"))
     for step, batch in zip(range(spec.steps), batch_stream):
