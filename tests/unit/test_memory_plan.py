@@ -33,7 +33,14 @@ def _probing_on_block(adapter, probe):
 
     def on_block(step):
         down = step.block.get_submodule(adapter.mlp_down)
-        inside = down.register_forward_pre_hook(lambda module, args: probe("inside the MLP"))
+        seen = []
+
+        def probe_inside(module, args):  # once per block: each probe walks every Python object
+            if not seen:
+                seen.append(True)
+                probe("inside the MLP")
+
+        inside = down.register_forward_pre_hook(probe_inside)
         try:
             for group in adapter.sequential_groups():
                 modules = [step.block.get_submodule(p) for p in group]
