@@ -10,6 +10,7 @@ import torch
 
 from toolkit.llm.base import LLM, Completion, ScoredText, truncate_at_stop
 from toolkit.models.adapters import cache_kwarg
+from toolkit.nn.logprobs import token_logprobs
 
 
 class HFBackend(LLM):
@@ -80,9 +81,8 @@ class HFBackend(LLM):
         full_ids = self.tokenizer(prompt + continuation, add_special_tokens=False)["input_ids"]
         boundary = _common_prefix(prompt_ids, full_ids)
         ids = torch.tensor([full_ids], device=self.device)
-        logprobs = self.model(ids).logits.float().log_softmax(-1)[0]
         targets = ids[0, max(boundary, 1):]
-        picked = logprobs[max(boundary, 1) - 1:-1].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        picked = token_logprobs(self.model(ids).logits[0, max(boundary, 1) - 1:-1], targets)
         return ScoredText(logprob=float(picked.sum()), token_logprobs=picked.tolist(),
                           tokens=[self.tokenizer.decode([t]) for t in targets.tolist()])
 

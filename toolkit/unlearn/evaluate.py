@@ -13,6 +13,7 @@ from toolkit.core.errors import BadInputError
 from toolkit.eval.perplexity import perplexity
 from toolkit.models.adapters import cache_kwarg
 from toolkit.models.source import load_model
+from toolkit.nn.logprobs import next_token_logprobs
 from toolkit.unlearn.data import encode_documents, load_documents, load_pairs, pad_id, qa_text
 from toolkit.unlearn.metrics import mia_auc, min_k_score, privleak, rouge_l
 from toolkit.unlearn.train import finetune
@@ -116,7 +117,7 @@ def mia_scores(model, chunks: list[torch.Tensor], k: float, device) -> list[floa
     scores = []
     for chunk in chunks:
         ids = chunk[None].to(device)
-        logp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+        logp = next_token_logprobs(model(ids).logits[0], ids[0])
         scores.append(min_k_score(logp, k))
     return scores
 

@@ -7,12 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-
-def sequence_logprob(logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Sum over the non-pad next tokens of log p(token | prefix): one log-likelihood per sequence."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    token = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    return (token * mask[:, 1:].to(token.dtype)).sum(dim=1)
+from toolkit.nn.logprobs import sequence_logprob  # noqa: F401 - the objectives' shared log-likelihood
 
 
 def mean_nll(logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
