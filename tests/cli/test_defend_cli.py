@@ -40,33 +40,28 @@ def sets(tmp_path):
 
 
 def test_attack_then_defend_end_to_end(cli, tiny_bert_dir, tiny_gpt2_dir, sets, tmp_path):
+    """The attack must plant a working backdoor (ASR high, clean accuracy kept) and X-GRAAD must lower its ASR:
+    measured here ASR 1.0 -> 0.2 with the trigger the top suspect on every poisoned row."""
     train, test = sets
     victim = tmp_path / "victim"
     r = cli(["defend", "attack", "-d", train, "--encoder", tiny_bert_dir, "--eval-data", test, "--n-train", "30",
-             "--epochs", "1", "--set", "n_heldout=6", "-o", victim, "--json"])
+             "--epochs", "150", "--set", "lr=2e-3", "--set", "poison_rate=0.3", "--set", "n_heldout=6",
+             "-o", victim, "--json"])
     assert r.exit_code == 0, r.stderr
     metrics = json.loads(r.stdout)["metrics"]
-    assert metrics["n_poisoned"] == 3 and 0.0 <= metrics["asr"] <= 1.0
+    assert metrics["n_poisoned"] == 9 and metrics["asr"] >= 0.8 and metrics["cacc"] >= 0.75, metrics
     assert (victim / "model" / "config.json").exists() and len((victim / "heldout.tsv").read_text().splitlines()) == 7
-    # a tiny model may not learn the task: attack the class it gets right least often, so victims exist
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from toolkit.defend.attacks import load_labelled, predict
-
-    texts, labels = load_labelled(test)
-    model = AutoModelForSequenceClassification.from_pretrained(victim / "model").eval()
-    pred = predict(model, AutoTokenizer.from_pretrained(victim / "model"), texts).argmax(-1).tolist()
-    correct = [y for y, p in zip(labels, pred) if y == p]
-    target = 1 - max(set(correct), key=correct.count)
     out = tmp_path / "eval"
     r = cli(["defend", "backdoor", "-m", victim / "model", "-d", test, "--clean", victim / "heldout.tsv",
              "--trigger", "cf", "--baseline", "strip", "--baseline", "onion", "--set", f"onion_lm={tiny_gpt2_dir}",
-             "--set", f"target_label={target}", "-o", out, "--json"])
+             "--set", "target_label=1", "-o", out, "--json"])
     assert r.exit_code == 0, r.stderr
     results = json.loads((out / "results.json").read_text())
-    for key in ("asr_before", "asr_after", "asr_strip", "asr_onion", "cacc_before", "cacc_after",
-                "trigger_top1_rate"):
+    for key in ("asr_strip", "asr_onion", "cacc_before", "cacc_after"):
         assert 0.0 <= results[key] <= 1.0, key
+    assert results["asr_before"] >= 0.8, results
+    assert results["asr_after"] <= results["asr_before"] - 0.3, results  # the defense removes most of the attack
+    assert results["trigger_top1_rate"] >= 0.5 and results["cacc_after"] >= results["cacc_before"] - 0.2, results
     lines = (out / "decisions_poisoned.jsonl").read_text().splitlines()
     assert len(lines) == results["n_poisoned"] and "suspect" in json.loads(lines[0])
 

@@ -159,8 +159,11 @@ def test_min_k_auc_and_privleak():
 
 
 def test_batches_are_seeded_and_cover_every_window_each_epoch():
-    seen = sorted(i for step in range(3) for i in batch_indices(10, 4, step, seed=5))
-    assert seen[:10] == list(range(10)) or sorted(set(seen)) == list(range(10))
+    epochs = [[i for step in range(e * 3, e * 3 + 3) for i in batch_indices(10, 4, step, seed=5)] for e in range(2)]
+    for order in epochs:  # 4 + 4 + 2 windows per epoch: every window exactly once, no duplicates
+        assert sorted(order) == list(range(10))
+    assert [len(batch_indices(10, 4, step, 5)) for step in range(3)] == [4, 4, 2]
+    assert epochs[0] != epochs[1]  # a fresh shuffle each epoch
     assert batch_indices(10, 4, 7, 5) == batch_indices(10, 4, 7, 5)
     batch = collate([torch.tensor([1, 2, 3]), torch.tensor([4])], pad=0)
     assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]] and batch["attention_mask"].sum() == 4
