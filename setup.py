@@ -23,7 +23,10 @@ EXTRAS["all"] = sorted({p for name, pkgs in EXTRAS.items() if name not in ("dev"
 
 
 def extensions():
-    """toolkit._C: CPU kernels always; CUDA kernels when torch has CUDA, CUDA_HOME is set and not disabled."""
+    """toolkit._C: CPU kernels always; CUDA kernels when torch has CUDA, CUDA_HOME is set and not disabled.
+
+    Built with ninja, one compiler process per source in parallel (MAX_JOBS caps them; torch's BuildExtension reads
+    it). CUDA architectures come from TORCH_CUDA_ARCH_LIST (default: the visible GPUs), e.g. "8.0;9.0"."""
     try:
         import torch
         from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
@@ -38,10 +41,11 @@ def extensions():
                   and CUDA_HOME is not None and cuda_sources)
     if build_cuda:
         ext = CUDAExtension("toolkit._C", sources + cuda_sources, define_macros=[("ICLRKIT_WITH_CUDA", None)],
-                            extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-std=c++17"]}, extra_link_args=openmp)
+                            extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]},
+                            extra_link_args=openmp)
     else:
         ext = CppExtension("toolkit._C", sources, extra_compile_args=cxx, extra_link_args=openmp)
-    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=False)}
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 
 
 ext_modules, cmdclass = extensions()

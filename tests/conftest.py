@@ -1,4 +1,6 @@
-"""Shared fixtures: tiny models built in-process from configs (no downloads), an isolated zoo cache, a CLI runner."""
+"""Shared fixtures: tiny models built in-process from configs (no downloads), an isolated zoo cache, a CLI runner,
+and the suite's device switch: ICLRKIT_TEST_DEVICE=cuda (default cpu) reruns the CLI / integration tests that take
+`device_args` (compress, edit, unlearn, remove-ln, merge, segment) on that device."""
 
 from __future__ import annotations
 
@@ -10,6 +12,32 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TEST_DEVICE = os.environ.get("ICLRKIT_TEST_DEVICE", "cpu").strip() or "cpu"
+
+
+def test_device_name() -> str:
+    """The device the suite runs its device-switched tests on; a CUDA request without a CUDA device fails loudly
+    (a GPU rerun that silently ran on the CPU would prove nothing)."""
+    if TEST_DEVICE.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.fail(f"ICLRKIT_TEST_DEVICE={TEST_DEVICE} but torch sees no CUDA device", pytrace=False)
+    elif TEST_DEVICE != "cpu":
+        pytest.fail(f"ICLRKIT_TEST_DEVICE must be cpu or cuda[:N], got {TEST_DEVICE!r}", pytrace=False)
+    return TEST_DEVICE
+
+
+@pytest.fixture(scope="session")
+def test_device() -> str:
+    return test_device_name()
+
+
+@pytest.fixture(scope="session")
+def device_args(test_device) -> list[str]:
+    """`--device <ICLRKIT_TEST_DEVICE>` for a CLI invocation: cli([..., *device_args])."""
+    return ["--device", test_device]
 
 
 @pytest.fixture(scope="session", autouse=True)

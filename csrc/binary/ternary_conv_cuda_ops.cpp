@@ -1,10 +1,13 @@
 // CUDA registration of torch.ops.iclrkit.ternary_conv2d / ternary_conv2d_sign (binary Tensor Core kernel in
 // ternary_conv_cuda.cu). Built only when setup.py compiles CUDA sources (it defines ICLRKIT_WITH_CUDA); a CPU-only
 // torch never sees this code. Takes the CPU op's layout (int64 words along channels), re-lays it out for the
-// 128-bit BMMA tiles and returns the same int32 sums / packed bits as the CPU kernel.
+// 128-bit BMMA tiles on the device (as the CPU kernel re-lays its weights per call; no host round trip) and returns
+// the same int32 sums / packed bits as the CPU kernel.
 #ifdef ICLRKIT_WITH_CUDA
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/extension.h>
+#include <torch/library.h>
 
 #include <cuda_runtime.h>
 
@@ -18,52 +21,48 @@ extern "C" cudaError_t iclrkit_ternary_conv2d_bmma(const uint32_t* x, const uint
 namespace {
 
 // int64 words [..., KW] -> int32 words [..., KC*4] with KW padded to an even count (128-bit chunks).
-torch::Tensor to_u32_chunks(const torch::Tensor& words) {
+at::Tensor to_u32_chunks(const at::Tensor& words) {
   auto w = words.contiguous();
-  if (w.size(-1) % 2) w = torch::constant_pad_nd(w, {0, 1}, 0);
+  if (w.size(-1) % 2) w = at::constant_pad_nd(w, {0, 1}, 0);
   std::vector<int64_t> shape(w.sizes().begin(), w.sizes().end());
   shape.back() *= 2;
-  return w.view(torch::kInt32).view(shape).contiguous();
+  return w.view(at::kInt).view(shape).contiguous();
 }
 
 // [O, kh, kw, KW] int64 -> [kh*kw, KC, O_pad, 4] int32 (one 128-bit column per output channel).
-torch::Tensor weight_tiles(const torch::Tensor& planes, int64_t O_pad) {
+at::Tensor weight_tiles(const at::Tensor& planes, int64_t O_pad) {
   const int64_t O = planes.size(0), taps = planes.size(1) * planes.size(2);
   auto u32 = to_u32_chunks(planes);
   const int64_t KC = u32.size(-1) / 4;
   auto tiles = u32.view({O, taps, KC, 4}).permute({1, 2, 0, 3});
-  return torch::constant_pad_nd(tiles, {0, 0, 0, O_pad - O}, 0).contiguous();
+  return at::constant_pad_nd(tiles, {0, 0, 0, O_pad - O}, 0).contiguous();
 }
 
-torch::Tensor ternary_conv2d_cuda(const torch::Tensor& x, const torch::Tensor& pos, const torch::Tensor& neg,
+at::Tensor ternary_conv2d_cuda(const at::Tensor& x, const at::Tensor& pos, const at::Tensor& neg,
                                   int64_t stride, int64_t padding, bool binary, int64_t /*impl*/) {
-  TORCH_CHECK(x.is_cuda() && pos.is_cuda() && neg.is_cuda(), "ternary_conv2d (CUDA): all inputs on the GPU");
+  TORCH_CHECK(x.is_cuda() && pos.device() == x.device() && neg.device() == x.device(),
+              "ternary_conv2d (CUDA): x, w_pos and w_neg must be on the same GPU");
+  const c10::cuda::CUDAGuard guard(x.device());
   TORCH_CHECK(x.dim() == 4 && pos.dim() == 4 && pos.sizes() == neg.sizes() && x.size(3) == pos.size(3),
               "ternary_conv2d (CUDA): x [N, H, W, words], w_pos/w_neg [O, kh, kw, words] expected");
-  TORCH_CHECK(x.scalar_type() == torch::kInt64 && pos.scalar_type() == torch::kInt64 &&
-                  neg.scalar_type() == torch::kInt64,
+  TORCH_CHECK(x.scalar_type() == at::kLong && pos.scalar_type() == at::kLong &&
+                  neg.scalar_type() == at::kLong,
               "ternary_conv2d (CUDA): int64 bit words expected");
   const int64_t O = pos.size(0), kh = pos.size(1), kw = pos.size(2);
   const int64_t O_pad = (O + 31) / 32 * 32;
   auto xa = to_u32_chunks(x);
   auto P = weight_tiles(pos, O_pad), Q = weight_tiles(neg, O_pad);
-  // popc(pos) - popc(neg) per tap and output channel, counted on the CPU (weights are small)
-  auto pc = pos.cpu().contiguous(), nc = neg.cpu().contiguous();
-  auto tap_c = torch::zeros({kh * kw, O_pad}, torch::kInt32);
-  auto tc = tap_c.accessor<int32_t, 2>();
-  const uint64_t* pp = reinterpret_cast<const uint64_t*>(pc.data_ptr<int64_t>());
-  const uint64_t* qq = reinterpret_cast<const uint64_t*>(nc.data_ptr<int64_t>());
-  const int64_t KW = pos.size(3);
-  for (int64_t o = 0; o < O; ++o)
-    for (int64_t t = 0; t < kh * kw; ++t)
-      for (int64_t k = 0; k < KW; ++k)
-        tc[t][o] += __builtin_popcountll(pp[(o * kh * kw + t) * KW + k]) -
-                       __builtin_popcountll(qq[(o * kh * kw + t) * KW + k]);
-  tap_c = tap_c.to(x.device());
+  // popc(pos) - popc(neg) per tap and output channel, counted on the device from the bits of every word
+  const auto shifts = at::arange(64, pos.options());
+  auto popc = [&](const at::Tensor& planes) {
+    return at::bitwise_and(at::bitwise_right_shift(planes.unsqueeze(-1), shifts), 1).sum({-2, -1});  // [O, kh, kw]
+  };
+  auto counts = (popc(pos) - popc(neg)).reshape({O, kh * kw}).t();  // [taps, O]
+  auto tap_c = at::constant_pad_nd(counts, {0, O_pad - O}, 0).to(at::kInt).contiguous();
   const int64_t H = x.size(1), W = x.size(2);
   const int64_t Ho = (H + 2 * padding - kh) / stride + 1, Wo = (W + 2 * padding - kw) / stride + 1;
   TORCH_CHECK(Ho > 0 && Wo > 0, "ternary_conv2d (CUDA): kernel larger than the padded input");
-  auto out = torch::empty({x.size(0), Ho, Wo, O}, x.options().dtype(torch::kInt32));
+  auto out = at::empty({x.size(0), Ho, Wo, O}, x.options().dtype(at::kInt));
   const auto status = iclrkit_ternary_conv2d_bmma(
       reinterpret_cast<const uint32_t*>(xa.data_ptr<int32_t>()), reinterpret_cast<const uint32_t*>(P.data_ptr<int32_t>()),
       reinterpret_cast<const uint32_t*>(Q.data_ptr<int32_t>()), tap_c.data_ptr<int32_t>(), out.data_ptr<int32_t>(),
@@ -73,20 +72,20 @@ torch::Tensor ternary_conv2d_cuda(const torch::Tensor& x, const torch::Tensor& p
   return out;
 }
 
-torch::Tensor ternary_conv2d_sign_cuda(const torch::Tensor& x, const torch::Tensor& pos, const torch::Tensor& neg,
-                                       const torch::Tensor& threshold, const torch::Tensor& flip, int64_t stride,
+at::Tensor ternary_conv2d_sign_cuda(const at::Tensor& x, const at::Tensor& pos, const at::Tensor& neg,
+                                       const at::Tensor& threshold, const at::Tensor& flip, int64_t stride,
                                        int64_t padding, bool binary, int64_t impl) {
-  auto s = ternary_conv2d_cuda(x, pos, neg, stride, padding, binary, impl).to(torch::kInt64);
+  auto s = ternary_conv2d_cuda(x, pos, neg, stride, padding, binary, impl).to(at::kLong);
   const int64_t O = s.size(-1), words = (O + 63) / 64;
-  auto t = threshold.to(s.device(), torch::kInt64);
-  auto f = flip.to(s.device(), torch::kBool);
-  auto bits = torch::where(f, s <= t, s >= t).to(torch::kInt64);
-  bits = torch::constant_pad_nd(bits, {0, words * 64 - O}, 0);
+  auto t = threshold.to(s.device(), at::kLong);
+  auto f = flip.to(s.device(), at::kBool);
+  auto bits = at::where(f, s <= t, s >= t).to(at::kLong);
+  bits = at::constant_pad_nd(bits, {0, words * 64 - O}, 0);
   std::vector<int64_t> shape(bits.sizes().begin(), bits.sizes().end() - 1);
   shape.push_back(words);
   shape.push_back(64);
-  auto shifts = torch::arange(64, s.options());
-  return (bits.view(shape) << shifts).sum(-1);  // distinct powers of two: the sum is the OR
+  auto shifts = at::arange(64, s.options());
+  return at::bitwise_left_shift(bits.view(shape), shifts).sum(-1);  // distinct powers of two: the sum is the OR
 }
 
 }  // namespace

@@ -334,6 +334,10 @@ TORCH_LIBRARY_FRAGMENT(iclrkit, m) {
   m.def("int4_gemm(Tensor xq, Tensor x_scale, Tensor w, Tensor w_scale, Tensor rowsum, int k, str path) -> Tensor");
   m.def("int4_gemm_24(Tensor xq, Tensor x_scale, Tensor values, Tensor meta, Tensor w_scale, Tensor rowsum, int k, "
         "str path) -> Tensor");
+  // CUDA kernels only (csrc/int4/int4_cuda_ops.cpp); on other devices the pure-torch references that
+  // toolkit/ops/registry.py registers as CompositeExplicitAutograd kernels run.
+  m.def("int4_gemm_s4(Tensor x, Tensor x_scale, Tensor w, Tensor w_scale, int kp) -> Tensor");
+  m.def("w4a16_gemm(Tensor x, Tensor w, Tensor scales, int n, int k) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(iclrkit, CPU, m) {

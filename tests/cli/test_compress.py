@@ -8,10 +8,10 @@ import torch
 SMALL = ["--nsamples", "4", "--seqlen", "32", "--set", "eval_windows=2", "--set", "eval_max_length=32"]
 
 
-def test_obr_end_to_end_on_tiny_llama(cli, tiny_llama_dir, text_file, tmp_path):
+def test_obr_end_to_end_on_tiny_llama(cli, tiny_llama_dir, text_file, tmp_path, device_args):
     out = tmp_path / "obr"
     r = cli(["compress", "obr", "--model", tiny_llama_dir, "--data", text_file, "--eval-data", text_file,
-             *SMALL, "--out", out, "--json"])
+             *SMALL, *device_args, "--out", out, "--json"])
     assert r.exit_code == 0, r.stderr
     record = json.loads(r.stdout)
     metrics = record["metrics"]

@@ -31,11 +31,11 @@ def _run(cli, tmp_path, model_dir, facts, name, method, *extra):
 
 
 @pytest.mark.parametrize("fixture, method", [("tiny_gpt2_dir", "eamet"), ("tiny_llama_dir", "memit")])
-def test_edit_end_to_end(cli, tmp_path, facts, fixture, method, request):
+def test_edit_end_to_end(cli, tmp_path, facts, fixture, method, request, device_args):
     from transformers import AutoModelForCausalLM
 
     model_dir = request.getfixturevalue(fixture)
-    out = _run(cli, tmp_path, model_dir, facts, method, method, "--batch-size", "2")
+    out = _run(cli, tmp_path, model_dir, facts, method, method, "--batch-size", "2", *device_args)
     record = json.loads((out / "run.json").read_text())
     assert record["status"] == "ok" and record["technique"] == f"edit.{method}"
     metrics = record["metrics"]

@@ -21,7 +21,7 @@ def trained(tmp_path_factory):
     return out
 
 
-def test_train_convert_infer_bench(cli, trained, tmp_path):
+def test_train_convert_infer_bench(cli, trained, tmp_path, device_args, test_device):
     run = json.loads((trained / "run.json").read_text())
     assert run["status"] == "ok" and run["metrics"]["variant"] == "masked"
     assert 0 <= run["metrics"]["miou"] <= 100 and "mask_ratios" in run["metrics"]
@@ -39,10 +39,10 @@ def test_train_convert_infer_bench(cli, trained, tmp_path):
 
     pred = tmp_path / "pred"
     r = cli(["segment", "mbunet", "infer", "--model", packed, "--data", "procedural", "--limit", "3", "--out", pred,
-             "--json"])
+             *device_args, "--json"])
     assert r.exit_code == 0, r.stderr
     metrics = json.loads(r.stdout)["metrics"]
-    assert metrics["backend"] == "packed-cpu" and metrics["images"] == 3 and "miou" in metrics
+    assert metrics["backend"] == f"packed-{test_device.split(':')[0]}" and metrics["images"] == 3 and "miou" in metrics
     assert len(list((pred / "masks").glob("*.png"))) == 3 and len(list((pred / "overlays").glob("*.png"))) == 3
 
     r = cli(["segment", "mbunet", "bench", "--model", packed, "--size", "32", "--repeats", "1", "--json"])

@@ -82,14 +82,14 @@ def test_latent_merge_residual_flag_end_to_end(cli, zoo, vae, tmp_path):
     assert not torch.allclose(states["--no-residual"]["layers.0.weight"], parent["layers.0.weight"], atol=1e-4)
 
 
-def test_weight_space_baselines_end_to_end(cli, zoo, tmp_path):
+def test_weight_space_baselines_end_to_end(cli, zoo, tmp_path, device_args):
     pair = f"{zoo / 'w8-s0-0to4'},{zoo / 'w8-s0-5to9'}"
     base = str(zoo / "w8-s0-backbone")
     for args in (["average", "-m", pair], ["task-arithmetic", "-m", pair, "--base", base, "--scaling", "0.5"],
                  ["ties", "-m", pair, "--base", base, "--density", "0.5"],
                  ["padded", "-m", f"{zoo / 'w4-s1-0to4'},{zoo / 'w8-s0-5to9'}", "--align"]):
         out = tmp_path / args[0]
-        r = cli(["merge", *args, "-o", str(out)])
+        r = cli(["merge", *args, *device_args, "-o", str(out)])
         assert r.exit_code == 0, (args[0], r.stderr)
         assert (out / "run.json").is_file() and (out / "model" / "model.safetensors").is_file()
     from toolkit.merge.models import load_for_merge

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def removed(tmp_path_factory, tiny_gpt2_dir):
+def removed(tmp_path_factory, tiny_gpt2_dir, device_args):
     """One full run (both exports + vanilla control) shared by the tests below."""
     from typer.testing import CliRunner
 
@@ -28,7 +28,7 @@ def removed(tmp_path_factory, tiny_gpt2_dir):
 
     data.write_text(embedded_text()[:30_000])
     result = CliRunner().invoke(app, ["remove-ln", "run", "-m", str(tiny_gpt2_dir), "-d", str(data), *FAST,
-                                      "--export", "both", "--vanilla-control", "-o", str(out), "--json"],
+                                      "--export", "both", "--vanilla-control", *device_args, "-o", str(out), "--json"],
                                 catch_exceptions=False)
     return result, out, data
 

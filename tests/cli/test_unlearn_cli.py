@@ -28,11 +28,12 @@ def _train(cli, method, model, data, out, *extra):
     return cli(["unlearn", method, "-m", model, "-f", data["forget"], "-r", data["retain"], "-o", out, *FAST, *extra])
 
 
-def test_prism_end_to_end_saves_a_loadable_model(cli, tmp_path, data, tiny_gpt2_dir):
+def test_prism_end_to_end_saves_a_loadable_model(cli, tmp_path, data, tiny_gpt2_dir, device_args):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "prism"
-    result = _train(cli, "prism", tiny_gpt2_dir, data, out, "--probe-layer", "1", "--set", "probe_epochs=2")
+    result = _train(cli, "prism", tiny_gpt2_dir, data, out, "--probe-layer", "1", "--set", "probe_epochs=2",
+                    *device_args)
     assert result.exit_code == 0, result.stderr
     record = json.loads((out / "run.json").read_text())
     assert record["technique"] == "unlearn.prism" and record["status"] == "ok"

@@ -16,8 +16,12 @@ from toolkit.ops.int4 import (
     pack_24,
     pack_dense,
     quantize_activations,
+    s4_layout,
     to_kernel_layout,
     unpack_kernel_codes,
+    w4a16_gemm,
+    w4a16_layout,
+    w4a16_unpack,
 )
 
 COMPILED = has_op("int4_gemm") and has_op("int4_gemm_24")
@@ -174,3 +178,108 @@ def test_bad_inputs_raise():
         quantize_activations(torch.ones(2, 2), bits=1)
     with pytest.raises(BadInputError):
         codes_from_packed({"qweight": np.zeros(4, np.uint8), "scales": np.ones(2, np.float32)}, (2, 4), 8)
+
+
+# ------------------------------------------------------------------ dispatch: one op name, reference, fake (meta)
+OPS = ("int4_gemm", "int4_gemm_24", "int4_gemm_s4", "w4a16_gemm")
+
+
+def test_ops_have_reference_and_fake_under_one_name():
+    from toolkit.ops.registry import has_kernel
+
+    for name in OPS:
+        assert has_kernel(name, "CompositeExplicitAutograd") and has_kernel(name, "Meta"), name
+    if COMPILED:  # the compiled CPU kernels sit under the same names as the CUDA ones (tests/unit/test_cuda_compile.py)
+        assert has_kernel("int4_gemm", "CPU") and has_kernel("int4_gemm_24", "CPU")
+
+
+def test_fake_impls_give_shapes_on_meta():
+    meta = torch.device("meta")
+    xq, xs = torch.empty(5, 300, dtype=torch.int8, device=meta), torch.empty(5, device=meta)
+    dense = pack_dense(torch.zeros(7, 300, dtype=torch.int16), torch.ones(7))
+    ws = dense.scales.to(meta)
+    y = torch.ops.iclrkit.int4_gemm(xq, xs, dense.packed.to(meta), ws, dense.rowsum.to(meta), 300, "auto")
+    assert y.shape == (5, 7) and y.dtype == torch.float32 and y.device == meta
+    sparse = pack_24(torch.zeros(7, 300, dtype=torch.int16), torch.ones(7))
+    y = torch.ops.iclrkit.int4_gemm_24(xq, xs, sparse.packed.to(meta), sparse.meta.to(meta), ws,
+                                       sparse.rowsum.to(meta), 300, "auto")
+    assert y.shape == (5, 7) and y.dtype == torch.float32
+    y = torch.ops.iclrkit.int4_gemm_s4(torch.empty(5, 32, dtype=torch.uint8, device=meta), xs,
+                                       torch.empty(7, 32, dtype=torch.uint8, device=meta), ws, 64)
+    assert y.shape == (5, 7)
+    w16 = w4a16_layout(torch.zeros(7, 300, dtype=torch.int16), torch.ones(7))
+    y = torch.ops.iclrkit.w4a16_gemm(torch.empty(5, 300, dtype=torch.float16, device=meta), w16.packed.to(meta),
+                                     w16.scales.to(meta), 7, 300)
+    assert y.shape == (5, 7) and y.dtype == torch.float16
+
+
+@pytest.mark.parametrize("a_bits", [8, 16])
+def test_packed_linear_buffers_move_once_and_run_on_meta(a_bits):
+    layer = PackedInt4Linear.from_codes(torch.zeros(24, 64, dtype=torch.int16), torch.ones(24), torch.zeros(24),
+                                        a_bits=a_bits)
+    layer = layer.to("meta")
+    assert all(b.device.type == "meta" for b in layer.buffers())
+    y = layer(torch.empty(2, 3, 64, device="meta", dtype=torch.float16 if a_bits == 16 else torch.float32))
+    assert y.shape == (2, 3, 24) and y.device.type == "meta"
+
+
+def test_s4_reference_matches_brute_force():
+    g = torch.Generator().manual_seed(9)
+    x = torch.randint(-8, 8, (3, 70), generator=g, dtype=torch.int16)
+    codes = random_codes(5, 70, g)
+    xs, ws = torch.rand(3, generator=g) + 0.1, torch.rand(5, generator=g) + 0.1
+    got = torch.ops.iclrkit.int4_gemm_s4(s4_layout(x), xs, s4_layout(codes), ws, 128)
+    assert torch.equal(got, brute_force(x, xs, codes, ws))
+
+
+# ------------------------------------------------------------------ W4A16 weight-only layout and reference
+@pytest.mark.parametrize("n,k", [(1, 1), (16, 64), (17, 65), (40, 300), (33, 256)])
+def test_w4a16_layout_round_trip(n, k):
+    g = torch.Generator().manual_seed(n * 100 + k)
+    codes = random_codes(n, k, g)
+    weights = w4a16_layout(codes, torch.ones(n))
+    assert weights.packed.dtype == torch.int32 and weights.packed.shape == (-(-n // 16), -(-k // 64), 32, 4)
+    assert torch.equal(w4a16_unpack(weights.packed, n, k), codes)
+
+
+def test_w4a16_fragment_positions():
+    """One code at a time lands in the documented lane / word / nibble of the mma.sync m16n8k16 A fragment."""
+    for row, col in [(0, 0), (9, 3), (5, 10), (15, 63), (3, 17)]:
+        codes = torch.zeros(16, 64, dtype=torch.int16)
+        codes[row, col] = 1  # stored as 9 (code + 8); every other nibble holds 8
+        words = w4a16_layout(codes, torch.ones(16)).packed.to(torch.int64) & 0xFFFFFFFF
+        g, h = row % 8, row // 8
+        kt, c, t, e = col // 16, (col % 16) // 8, (col % 8) // 2, col % 2
+        q = h + 2 * c
+        nibble = (words[0, kt // 4, 4 * g + t, kt % 4] >> (4 * (q + 4 * e))) & 0xF
+        assert int(nibble) == 9
+        assert int((words != 0x88888888).sum()) == 1
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.float16, 1e-3), (torch.bfloat16, 2 ** -7)])
+def test_w4a16_reference_matches_dequantized_matmul(dtype, tol):
+    """Within 1e-3 of the largest output (bfloat16: its own output rounding, 2^-8 relative, dominates)."""
+    g = torch.Generator().manual_seed(5)
+    n, k, m = 48, 200, 6
+    codes = random_codes(n, k, g)
+    scales = torch.rand(n, generator=g) * 0.02 + 0.001
+    x = torch.randn(m, k, generator=g).to(dtype)
+    weights = w4a16_layout(codes, scales)
+    y = w4a16_gemm(x, weights)
+    want = x.float() @ (codes.float() * scales[:, None]).t()
+    assert y.dtype == dtype and y.shape == (m, n)
+    assert float((y.float() - want).abs().max()) <= tol * float(want.abs().max())
+
+
+def test_packed_linear_w4a16_matches_dequantized_linear():
+    g = torch.Generator().manual_seed(6)
+    codes = random_codes(24, 64, g)
+    scales = torch.rand(24, generator=g) * 0.1 + 0.01
+    bias = torch.randn(24, generator=g)
+    layer = PackedInt4Linear.from_codes(codes, scales, bias, a_bits=16)
+    x = torch.randn(2, 5, 64, generator=g)
+    want = x @ (codes.float() * scales[:, None]).t() + bias
+    assert torch.allclose(layer(x), want, atol=1e-4, rtol=1e-4)
+    assert "w4a16" in repr(layer)
+    with pytest.raises(BadInputError):
+        PackedInt4Linear(pack_dense(codes, scales), a_bits=16)

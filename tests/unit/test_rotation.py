@@ -59,3 +59,32 @@ def test_layernorm_models_refuse_rotation(tiny_gpt2_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir)
     with pytest.raises(BadInputError, match="RMSNorm"):
         rotate_model(model, adapter_for(model))
+
+
+def test_rotation_builds_on_the_weights_device():
+    """Q, the rotated weights and the online hook live on the weights' device: on the meta device any CPU-built
+    factor meeting a meta weight would raise (as a CPU Q against CUDA weights did)."""
+    with torch.device("meta"):
+        model = _llama(64, 96, tie=False)
+    rotate_model(model, adapter_for(model), seed=5)
+    assert all(p.device.type == "meta" for p in model.parameters())
+    down = model.model.layers[0].mlp.down_proj
+    x = torch.empty(2, 3, 96, device="meta", dtype=torch.bfloat16)
+    y = down.iclrkit_online_rotation.apply(x)
+    assert y.device.type == "meta" and y.dtype == torch.bfloat16 and y.shape == x.shape
+    with torch.no_grad():
+        logits = model(torch.zeros(1, 4, dtype=torch.long, device="meta")).logits
+    assert logits.device.type == "meta" and logits.shape == (1, 4, 97)
+    fold_online_rotations(model, adapter_for(model))
+    assert down.weight.device.type == "meta"
+
+
+def test_online_rotation_runs_in_the_activation_dtype():
+    rotation = OrthogonalRotation(48, seed=2)
+    x = torch.randn(3, 48, dtype=torch.float64)
+    for dtype in (torch.float32, torch.bfloat16):
+        y = rotation.apply(x.to(dtype))
+        assert y.dtype == dtype
+        assert torch.allclose(y.double(), x @ rotation.matrix(), atol=0.05 if dtype == torch.bfloat16 else 1e-5)
+    assert {key[1] for key in rotation._cache} >= {torch.float32, torch.bfloat16}
+    assert rotation.matrix("meta").device.type == "meta"

@@ -11,6 +11,10 @@ use Q = (D·H_p) ⊗ B with p the largest power-of-two factor, D random signs an
 applied online as a Hadamard over p and a small matmul over m. It is exactly orthogonal; with m > 1 it mixes less
 evenly than a true Hadamard (QuaRot's Had-12/Had-36 tables), which this note records rather than hides.
 LayerNorm models (GPT-2, OPT) are refused: their mean subtraction does not commute with a rotation.
+
+Device: Q is built in float64 on the weights' device and each weight is rotated where it lives (a CPU Q against GPU
+weights would fail); the online hook rotates activations on their own device and in their own dtype, with the
+rotation's small factors cached per (device, dtype).
 """
 
 from __future__ import annotations
@@ -44,18 +48,29 @@ class OrthogonalRotation:
             self.block = q * torch.sign(torch.diagonal(r)).unsqueeze(0)
         else:
             self.block = torch.ones(1, 1, dtype=torch.float64)
+        self._cache: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def factors(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(block B, signs D as a column) on `device` in `dtype`, made once per (device, dtype)."""
+        key = (torch.device(device), dtype)
+        if key not in self._cache:
+            self._cache[key] = (self.block.to(device=device, dtype=dtype),
+                                self.signs.to(device=device, dtype=dtype).unsqueeze(1))
+        return self._cache[key]
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
+        block, signs = self.factors(x.device, x.dtype)
         y = x.reshape(*shape[:-1], self.p, self.m)
         if self.m > 1:
-            y = y @ self.block.to(x.dtype)
-        y = y * self.signs.to(x.dtype).unsqueeze(1)
+            y = y @ block
+        y = y * signs
         y = fwht(y.transpose(-1, -2).contiguous()).transpose(-1, -2)
         return y.reshape(shape)
 
-    def matrix(self) -> torch.Tensor:
-        return self.apply(torch.eye(self.n, dtype=torch.float64))
+    def matrix(self, device: str | torch.device | None = None) -> torch.Tensor:
+        """Q (float64) on `device` (default CPU)."""
+        return self.apply(torch.eye(self.n, dtype=torch.float64, device=device))
 
 
 def check_rotatable(adapter: ArchAdapter) -> None:
@@ -66,20 +81,23 @@ def check_rotatable(adapter: ArchAdapter) -> None:
 
 
 def _input_side(linear: nn.Linear, Q: torch.Tensor) -> None:
-    linear.weight.data = (linear.weight.data.double() @ Q).to(linear.weight.dtype)
+    weight = linear.weight.data
+    linear.weight.data = (weight.double() @ Q.to(weight.device)).to(weight.dtype)
 
 
 def _output_side(linear: nn.Linear, Q: torch.Tensor) -> None:
-    dtype = linear.weight.dtype
-    linear.weight.data = (Q.t() @ linear.weight.data.double()).to(dtype)
+    weight = linear.weight.data
+    Q = Q.to(weight.device)
+    linear.weight.data = (Q.t() @ weight.double()).to(weight.dtype)
     if linear.bias is not None:
-        linear.bias.data = (linear.bias.data.double() @ Q).to(dtype)
+        linear.bias.data = (linear.bias.data.double() @ Q).to(weight.dtype)
 
 
 def _fuse_norm(norm: nn.Module, linears: list[nn.Linear]) -> None:
     gamma = norm.weight.data.double()
     for linear in linears:
-        linear.weight.data = (linear.weight.data.double() * gamma.unsqueeze(0)).to(linear.weight.dtype)
+        weight = linear.weight.data
+        linear.weight.data = (weight.double() * gamma.to(weight.device).unsqueeze(0)).to(weight.dtype)
     norm.weight.data.fill_(1.0)
 
 
@@ -98,15 +116,16 @@ def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0) -> dict:
         head.weight = nn.Parameter(embed.weight.data.clone())
     config.tie_word_embeddings = False
     hidden = embed.weight.shape[1]
-    residual = OrthogonalRotation(hidden, seed).matrix()
+    device = embed.weight.device  # Q is built where the weights live (each linear moves it to its own device)
+    residual = OrthogonalRotation(hidden, seed).matrix(device)
     head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
     if head_dim & (head_dim - 1):
         raise BadInputError(f"--rotate needs a power-of-two head dimension, got {head_dim}")
-    head_rotation = OrthogonalRotation(head_dim, seed + 1).matrix()
+    head_rotation = OrthogonalRotation(head_dim, seed + 1).matrix(device)
     intermediate = layers[0].get_submodule(adapter.mlp_down).weight.shape[1]
     online = OrthogonalRotation(intermediate, seed + 2)
-    online_matrix = online.matrix()
-    embed.weight.data = (embed.weight.data.double() @ residual).to(embed.weight.dtype)
+    online_matrix = online.matrix(device)
+    embed.weight.data = (embed.weight.data.double() @ residual.to(embed.weight.device)).to(embed.weight.dtype)
     for layer in layers:
         get = layer.get_submodule
         attn_in = [get(p) for p in adapter.attention_inputs()]
@@ -146,6 +165,7 @@ def fold_online_rotations(model: nn.Module, adapter: ArchAdapter) -> None:
         online = getattr(down, "iclrkit_online_rotation", None)
         if online is None:
             continue
-        down.weight.data = (down.weight.data.double() @ online.matrix().t()).to(down.weight.dtype)
+        weight = down.weight.data
+        down.weight.data = (weight.double() @ online.matrix(weight.device).t()).to(weight.dtype)
         down._forward_pre_hooks.clear()
         del down.iclrkit_online_rotation

@@ -1,37 +1,49 @@
 """Compiled kernels (`toolkit._C`, registered as torch.ops.iclrkit.*) with pure-torch references.
 
-Importing never fails: without the extension every op runs its reference and `iclrkit info` says so.
+Each kernel is one op name whose CPU and CUDA kernels are registered per dispatch key (toolkit.ops.registry);
+importing never fails: without the extension every op runs its reference and `iclrkit info` says so.
 """
 
 from __future__ import annotations
 
-import importlib
-
 
 def load_extension() -> tuple[bool, str]:
     """(built, detail). Importing torch first is required: the extension links against it."""
-    import torch  # noqa: F401
+    from toolkit.ops.registry import load_extension as load
 
-    try:
-        importlib.import_module("toolkit._C")
-    except ImportError as exc:
-        return False, f"toolkit._C not built ({exc}); pure-torch reference kernels in use"
-    return True, "toolkit._C loaded"
+    return load()
 
 
-def has_op(name: str) -> bool:
-    import torch
+def has_op(name: str, device: str | None = None) -> bool:
+    """True when `toolkit._C` registered a compiled kernel for op `name`: for `device` ("cpu", "cuda") when given,
+    else for any device. The pure-torch references (CompositeExplicitAutograd) do not count."""
+    from toolkit.ops.registry import has_kernel
 
     load_extension()
-    return hasattr(torch.ops.iclrkit, name) if hasattr(torch.ops, "iclrkit") else False
+    keys = [device.upper()] if device else ["CPU", "CUDA"]
+    return any(has_kernel(name, key) for key in keys)
 
 
 def compiled_ops() -> list[str]:
-    """Names of the ops `toolkit._C` registered under torch.ops.iclrkit."""
+    """Names of the ops with a compiled kernel (CPU or CUDA) in `toolkit._C`; `compiled_devices` says which."""
     import torch
 
     built, _ = load_extension()
     if not built:
         return []
-    return sorted(name.split("::", 1)[1] for name in torch._C._dispatch_get_all_op_names()
-                  if name.startswith("iclrkit::"))
+    out = []
+    for full in sorted(torch._C._dispatch_get_all_op_names()):
+        if not full.startswith("iclrkit::"):
+            continue
+        name = full.split("::", 1)[1]
+        if compiled_devices(name):
+            out.append(name)
+    return out
+
+
+def compiled_devices(name: str) -> list[str]:
+    """The dispatch keys ("CPU", "CUDA") that have a compiled kernel for op `name`."""
+    from toolkit.ops.registry import has_kernel
+
+    load_extension()
+    return [key for key in ("CPU", "CUDA") if has_kernel(name, key)]

@@ -1,4 +1,5 @@
-"""Walsh–Hadamard transform: the compiled `torch.ops.iclrkit.fwht` when built, else the pure-torch reference."""
+"""Walsh–Hadamard transform: `torch.ops.iclrkit.fwht`, the compiled CPU kernel (float32/float64) where built, the
+pure-torch reference on other devices and without `toolkit._C` (toolkit.ops.registry)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import torch
 
 from toolkit.core.errors import BadInputError
-from toolkit.ops import has_op
+from toolkit.ops import registry
 
 
 def _check(x: torch.Tensor) -> int:
@@ -29,13 +30,19 @@ def fwht_reference(x: torch.Tensor, normalize: bool = True) -> torch.Tensor:
         y = torch.stack((a + b, a - b), dim=2).reshape(-1, n)
         h *= 2
     if normalize:
-        y = y * torch.tensor(1.0 / math.sqrt(n), dtype=y.dtype)
+        y = y * torch.tensor(1.0 / math.sqrt(n), dtype=y.dtype, device=y.device)
     return y.reshape(shape)
 
 
+registry.register("fwht", "fwht(Tensor x, bool normalize) -> Tensor", fwht_reference,
+                  lambda x, normalize: torch.empty_like(x, memory_format=torch.contiguous_format))
+
+
 def fwht(x: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+    """The op for float32/float64 (whose CPU kernel is compiled); other dtypes (bf16/fp16 activations) run the
+    reference in their own dtype on their own device."""
     _check(x)
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and has_op("fwht"):
+    if x.dtype in (torch.float32, torch.float64):
         return torch.ops.iclrkit.fwht(x, normalize)
     return fwht_reference(x, normalize)
 

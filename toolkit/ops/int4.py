@@ -1,5 +1,11 @@
-"""Packed INT4 GEMM (W4A8 / W4A4, dense and 2:4 sparse): compiled `torch.ops.iclrkit.int4_gemm[_24]` when built,
-else a pure-torch reference with the same integer accumulation.
+"""Packed INT4 GEMMs as torch ops that dispatch on the tensors' device (toolkit.ops.registry):
+
+- `int4_gemm` / `int4_gemm_24` (W4A8 / W4A4 codes, dense and 2:4 sparse): CPU kernels (AVX-512 VNNI / AVX2) and CUDA
+  kernels (s8 Tensor Core MMA) over one weight layout; exact integer accumulation, bit-identical on every device.
+- `int4_gemm_s4` (W4A4 on the s4 Tensor Core MMA): CUDA kernel; elsewhere the reference.
+- `w4a16_gemm` (weight-only INT4, 16-bit activations, decode shapes): CUDA kernel (FP16/BF16 MMA, codes dequantised
+  in registers); the CPU path is the reference.
+Without `toolkit._C` every op runs its pure-torch reference (registered as the CompositeExplicitAutograd kernel).
 
     y[m, n] = float(acc[m, n]) * x_scale[m] * w_scale[n],   acc = Σ_k xq[m, k] · wq[n, k]   (exact, int)
 
@@ -18,9 +24,10 @@ import numpy as np
 import torch
 
 from toolkit.core.errors import BadInputError
-from toolkit.ops import has_op
+from toolkit.ops import registry
 
 BLOCK = 128
+W4A16_K = 64  # columns per 16-byte load of the W4A16 layout (four 16-column k-tiles)
 
 
 def padded(k: int) -> int:
@@ -128,36 +135,89 @@ def to_kernel_layout(codes: torch.Tensor, scales: torch.Tensor, sparse: str = "a
 
 
 def unpack_kernel_codes(weights: KernelWeights) -> torch.Tensor:
-    """Inverse of pack_dense / pack_24: the codes [N, K] (used by the reference and the tests)."""
-    n, k = weights.scales.numel(), weights.in_features
-    raw = weights.packed.numpy()
-    low = (raw & 0x0F).astype(np.int16) - 8
-    high = (raw >> 4).astype(np.int16) - 8
-    if not weights.sparse:
-        full = np.stack([low.reshape(n, -1, 64), high.reshape(n, -1, 64)], axis=2).reshape(n, -1)
-        return torch.from_numpy(full[:, :k].copy())
-    values = np.concatenate([low.reshape(n, -1, 32), high.reshape(n, -1, 32)], axis=2).reshape(n, -1, 2)
-    meta = weights.meta.numpy()
-    fields = np.stack([(meta >> s) & 3 for s in (0, 2, 4, 6)], axis=-1).reshape(n, -1, 2).astype(np.int64)
-    groups = np.zeros((n, values.shape[1], 4), dtype=np.int16)
-    np.put_along_axis(groups, fields, values, axis=-1)
-    return torch.from_numpy(groups.reshape(n, -1)[:, :k].copy())
+    """Inverse of pack_dense / pack_24: the codes [N, K] int16 (pure torch, on the weights' device)."""
+    if weights.sparse:
+        return unpack_24_codes(weights.packed, weights.meta, weights.in_features)
+    return unpack_dense_codes(weights.packed, weights.in_features)
+
+
+def unpack_dense_codes(packed: torch.Tensor, k: int) -> torch.Tensor:
+    n = packed.shape[0]
+    low = (packed & 0x0F).to(torch.int16) - 8
+    high = (packed >> 4).to(torch.int16) - 8
+    return torch.stack([low.reshape(n, -1, 64), high.reshape(n, -1, 64)], dim=2).reshape(n, -1)[:, :k]
+
+
+def unpack_24_codes(values: torch.Tensor, meta: torch.Tensor, k: int) -> torch.Tensor:
+    n = values.shape[0]
+    low = (values & 0x0F).to(torch.int16) - 8
+    high = (values >> 4).to(torch.int16) - 8
+    kept = torch.cat([low.reshape(n, -1, 32), high.reshape(n, -1, 32)], dim=2).reshape(n, -1, 2)
+    fields = torch.stack([(meta >> s) & 3 for s in (0, 2, 4, 6)], dim=-1).reshape(n, -1, 2).to(torch.int64)
+    groups = torch.zeros(n, kept.shape[1], 4, dtype=torch.int16, device=values.device)
+    groups.scatter_(-1, fields, kept)
+    return groups.reshape(n, -1)[:, :k]
+
+
+def _exact_products(xq: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """Σ_k xq·code as int32: a float64 matmul is exact here (|acc| ≤ 128·8·K ≪ 2^53) and runs on any device."""
+    return (xq.to(torch.float64) @ codes.to(torch.float64).t()).round().to(torch.int32)
+
+
+def _finish(acc: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """float(acc) · x_scale[m] · w_scale[n]: the kernels' rounding order."""
+    return acc.float() * x_scale.float().reshape(-1, 1) * w_scale.float().reshape(1, -1)
+
+
+def _int4_gemm_ref(xq, x_scale, w, w_scale, rowsum, k, path):
+    return _finish(_exact_products(xq, unpack_dense_codes(w, k)), x_scale, w_scale)
+
+
+def _int4_gemm_24_ref(xq, x_scale, values, meta, w_scale, rowsum, k, path):
+    return _finish(_exact_products(xq, unpack_24_codes(values, meta, k)), x_scale, w_scale)
+
+
+def _gemm_fake(xq, x_scale, w, w_scale, *rest):
+    return xq.new_empty((xq.shape[0], w_scale.shape[0]), dtype=torch.float32)
+
+
+def _signed_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """[R, Kp/2] two's-complement nibbles (low = lower column) -> int16 codes [R, Kp]."""
+    low = (packed & 0x0F).to(torch.int16)
+    high = (packed >> 4).to(torch.int16)
+    codes = torch.stack([low, high], dim=-1).reshape(packed.shape[0], -1)
+    return torch.where(codes >= 8, codes - 16, codes)
+
+
+def _int4_gemm_s4_ref(x, x_scale, w, w_scale, kp):
+    return _finish(_exact_products(_signed_nibbles(x), _signed_nibbles(w)), x_scale, w_scale)
+
+
+def _s4_fake(x, x_scale, w, w_scale, kp):
+    return x.new_empty((x.shape[0], w.shape[0]), dtype=torch.float32)
+
+
+registry.register("int4_gemm", "int4_gemm(Tensor xq, Tensor x_scale, Tensor w, Tensor w_scale, Tensor rowsum, "
+                  "int k, str path) -> Tensor", _int4_gemm_ref, _gemm_fake)
+registry.register("int4_gemm_24", "int4_gemm_24(Tensor xq, Tensor x_scale, Tensor values, Tensor meta, "
+                  "Tensor w_scale, Tensor rowsum, int k, str path) -> Tensor", _int4_gemm_24_ref,
+                  lambda xq, x_scale, values, meta, w_scale, *rest: _gemm_fake(xq, x_scale, values, w_scale))
+registry.register("int4_gemm_s4", "int4_gemm_s4(Tensor x, Tensor x_scale, Tensor w, Tensor w_scale, int kp) "
+                  "-> Tensor", _int4_gemm_s4_ref, _s4_fake)
 
 
 def int4_gemm_reference(xq: torch.Tensor, x_scale: torch.Tensor, weights: KernelWeights) -> torch.Tensor:
-    """Integer accumulation in int64 (exact), then the same float rounding order as the kernels."""
-    codes = unpack_kernel_codes(weights).to(torch.int64)
-    acc = (xq.to(torch.int64).unsqueeze(1) * codes.unsqueeze(0)).sum(-1).to(torch.int32)
-    return acc.float() * x_scale.float().unsqueeze(1) * weights.scales.unsqueeze(0)
+    """Exact integer accumulation, then the same float rounding order as the kernels (pure torch, any device)."""
+    args = (xq, x_scale, weights.packed) + ((weights.meta,) if weights.sparse else ())
+    ref = _int4_gemm_24_ref if weights.sparse else _int4_gemm_ref
+    return ref(*args, weights.scales, weights.rowsum, weights.in_features, "auto")
 
 
 def int4_gemm(xq: torch.Tensor, x_scale: torch.Tensor, weights: KernelWeights, path: str = "auto") -> torch.Tensor:
-    """y [M, N] = dequantised (xq · wqᵀ); path auto|scalar|avx2|vnni picks the compiled kernel's code path."""
+    """y [M, N] = dequantised (xq · wqᵀ) on xq's device; path auto|scalar|avx2|vnni picks the CPU kernel's code path
+    (the CUDA kernel has one)."""
     if xq.dim() != 2 or xq.shape[1] != weights.in_features:
         raise BadInputError(f"activations {tuple(xq.shape)} do not match {weights.in_features} input features")
-    name = "int4_gemm_24" if weights.sparse else "int4_gemm"
-    if xq.device.type != "cpu" or not has_op(name):
-        return int4_gemm_reference(xq, x_scale, weights)
     args = (xq.to(torch.int8), x_scale.float())
     if weights.sparse:
         return torch.ops.iclrkit.int4_gemm_24(*args, weights.packed, weights.meta, weights.scales, weights.rowsum,
@@ -166,45 +226,143 @@ def int4_gemm(xq: torch.Tensor, x_scale: torch.Tensor, weights: KernelWeights, p
                                        path)
 
 
+# ---------------------------------------------------------------------------------------------- W4A16 (weight-only)
+@dataclass
+class W4A16Weights:
+    """INT4 codes in the W4A16 kernel's fragment layout (csrc/int4/w4a16_cuda.cu): int32 [N/16, Kp/64, 32, 4]."""
+
+    packed: torch.Tensor
+    scales: torch.Tensor
+    in_features: int
+    out_features: int
+    meta = None
+    sparse = False
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.packed, self.scales))
+
+
+def _w4a16_view(n: int, k: int) -> tuple[int, int]:
+    return -(-n // 16), -(-k // W4A16_K)
+
+
+def w4a16_layout(codes: torch.Tensor, scales: torch.Tensor) -> W4A16Weights:
+    """Codes [N, K] in [-8, 7] → the W4A16 layout, prepared once at load. Word (i, j, lane, r): lane = 4g + t holds
+    the m16n8k16 A fragment of channel tile i and k-tile 4j + r; fragment register q covers row g + 8(q&1), columns
+    2t + 8(q>>1) and +1, whose codes (+8) sit at nibbles q and q + 4 of the word."""
+    _check_codes(codes)
+    n, k = codes.shape
+    tiles, chunks = _w4a16_view(n, k)
+    full = torch.zeros(tiles * 16, chunks * W4A16_K, dtype=torch.int64, device=codes.device)
+    full[:n, :k] = codes.to(torch.int64) + 8
+    full[n:] = 8  # padding channels / columns hold code 0 (+8): they add nothing
+    full[:, k:] = 8
+    # (i, h, g, kt, c, t, e): row 16i + 8h + g, column 16kt + 8c + 2t + e; register q = h + 2c, nibble q + 4e
+    grid = full.reshape(tiles, 2, 8, chunks * 4, 2, 4, 2)
+    bit = torch.arange(2, device=full.device)
+    h, c, e = bit.view(1, 2, 1, 1, 1, 1, 1), bit.view(1, 1, 1, 1, 2, 1, 1), bit.view(1, 1, 1, 1, 1, 1, 2)
+    shift = 4 * (h + 2 * c + 4 * e)
+    words = (grid << shift).sum(dim=(1, 4, 6)).permute(0, 2, 1, 3)  # (i, g, kt, t) -> [tiles, kt, 8 (g), 4 (t)]
+    words = words.reshape(tiles, chunks, 4, 8, 4).permute(0, 1, 3, 4, 2).reshape(tiles, chunks, 32, 4)
+    words = torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32).contiguous()
+    return W4A16Weights(words, scales.float().reshape(-1).contiguous(), k, n)
+
+
+def w4a16_unpack(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """Inverse of w4a16_layout: codes [N, K] int16 (pure torch, on the layout's device)."""
+    tiles, chunks = packed.shape[0], packed.shape[1]
+    words = packed.to(torch.int64) & 0xFFFFFFFF
+    words = words.reshape(tiles, chunks, 8, 4, 4).permute(0, 1, 4, 2, 3).reshape(tiles, chunks * 4, 8, 4)
+    q = torch.arange(4, device=packed.device)
+    shifts = torch.stack([4 * q, 4 * (q + 4)], dim=-1)  # [q, e]
+    nib = (words[..., None, None] >> shifts) & 0xF  # [tiles, kt, g, t, q, e]
+    nib = nib.reshape(tiles, chunks * 4, 8, 4, 2, 2, 2)  # q = h + 2c -> (c, h)
+    # to (i, h, g, kt, c, t, e)
+    grid = nib.permute(0, 5, 2, 1, 4, 3, 6)
+    full = grid.reshape(tiles * 16, chunks * W4A16_K)
+    return (full[:n, :k] - 8).to(torch.int16)
+
+
+def _w4a16_ref(x, w, scales, n, k):
+    codes = w4a16_unpack(w, n, k)
+    return ((x.float() @ codes.float().t()) * scales.float()).to(x.dtype)
+
+
+def _w4a16_fake(x, w, scales, n, k):
+    return x.new_empty((x.shape[0], n))
+
+
+registry.register("w4a16_gemm", "w4a16_gemm(Tensor x, Tensor w, Tensor scales, int n, int k) -> Tensor",
+                  _w4a16_ref, _w4a16_fake)
+
+
+def w4a16_gemm(x: torch.Tensor, weights: W4A16Weights) -> torch.Tensor:
+    """y [M, N] = x · (codes · scale)ᵀ in x's dtype, on x's device."""
+    if x.dim() != 2 or x.shape[1] != weights.in_features:
+        raise BadInputError(f"activations {tuple(x.shape)} do not match {weights.in_features} input features")
+    return torch.ops.iclrkit.w4a16_gemm(x, weights.packed, weights.scales, weights.out_features, weights.in_features)
+
+
 class PackedInt4Linear(torch.nn.Module):
-    """Drop-in nn.Linear over packed INT4 weights: quantises each token's activations (a_bits) and runs the kernel.
+    """Drop-in nn.Linear over packed INT4 weights. a_bits 2..8: quantises each token's activations and runs the
+    W4A8/W4A4 integer kernel (output = the fake-quant linear up to float rounding); a_bits 16: the W4A16 weight-only
+    kernel in the activations' dtype. The weights are buffers laid out once at construction; `.to(device)` moves
+    them once, and every call runs the op of the device they live on (no per-call moves, no device checks)."""
 
-    The output equals the fake-quant linear (dequantised weights, fake-quantised activations) up to float rounding.
-    """
-
-    def __init__(self, weights: KernelWeights, bias: torch.Tensor | None = None, a_bits: int = 8):
+    def __init__(self, weights: KernelWeights | W4A16Weights, bias: torch.Tensor | None = None, a_bits: int = 8):
         super().__init__()
-        self.weights = weights
+        if a_bits != 16 and not 2 <= a_bits <= 8:
+            raise BadInputError(f"a_bits must be 2..8 (W4A8/W4A4) or 16 (W4A16), got {a_bits}")
+        if (a_bits == 16) != isinstance(weights, W4A16Weights):
+            raise BadInputError("a_bits=16 needs w4a16_layout weights, a_bits <= 8 the integer kernels' layout")
         self.a_bits = a_bits
-        self.in_features, self.out_features = weights.in_features, weights.scales.numel()
+        self.in_features = weights.in_features
+        self.out_features = weights.scales.numel()
+        self.register_buffer("packed", weights.packed)
+        self.register_buffer("meta", weights.meta)
+        self.register_buffer("scales", weights.scales)
+        self.register_buffer("rowsum", getattr(weights, "rowsum", None))
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+
+    @property
+    def weights(self) -> KernelWeights | W4A16Weights:
+        if self.a_bits == 16:
+            return W4A16Weights(self.packed, self.scales, self.in_features, self.out_features)
+        return KernelWeights(self.packed, self.meta, self.scales, self.rowsum, self.in_features)
 
     @classmethod
     def from_codes(cls, codes: torch.Tensor, scales: torch.Tensor, bias=None, a_bits: int = 8, sparse: str = "auto"):
+        if a_bits == 16:
+            return cls(w4a16_layout(codes, scales), bias, a_bits)
         return cls(to_kernel_layout(codes, scales, sparse), bias, a_bits)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        xq, scale = quantize_activations(x.reshape(-1, shape[-1]), self.a_bits)
-        y = int4_gemm(xq, scale, self.weights)
+        flat = x.reshape(-1, shape[-1])
+        if self.a_bits == 16:
+            y = w4a16_gemm(flat, self.weights)
+        else:
+            xq, scale = quantize_activations(flat, self.a_bits)
+            y = int4_gemm(xq, scale, self.weights)
         if self.bias is not None:
-            y = y + self.bias
+            y = y.float() + self.bias
         return y.to(x.dtype).reshape(*shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        kind = "2:4" if self.weights.sparse else "dense"
+        kind = "w4a16" if self.a_bits == 16 else ("2:4" if self.weights.sparse else "dense")
         return f"in={self.in_features}, out={self.out_features}, int4 {kind}, a_bits={self.a_bits}"
 
 
-def load_packed_int4(directory, a_bits: int = 8, sparse: str = "auto", with_tokenizer: bool = True):
-    """A `compress obr` packed directory as a model whose quantized linears are PackedInt4Linear (CPU kernels).
-
-    Rotations and the rest come from toolkit.compress.packed.load_packed; only the quantized linears are swapped.
-    """
+def load_packed_int4(directory, a_bits: int = 8, sparse: str = "auto", with_tokenizer: bool = True,
+                     device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+    """A `compress obr` packed directory as a model whose quantized linears are PackedInt4Linear, moved once to
+    `device` (the kernels of that device run). a_bits 16 selects the W4A16 weight-only kernel (on CUDA it needs
+    dtype float16 or bfloat16). Rotations and the rest come from toolkit.compress.packed.load_packed; only the
+    quantized linears are swapped."""
     from toolkit.compress.packed import load_packed, read_packed
 
     config, tensors = read_packed(directory)
-    model, tokenizer = load_packed(directory, dtype=torch.float32, with_tokenizer=with_tokenizer)
+    model, tokenizer = load_packed(directory, dtype=dtype, with_tokenizer=with_tokenizer)
     for path, shape in config["linears"].items():
         parts = {key: tensors[f"{path}.{key}"] for key in ("qweight", "scales", "mask") if f"{path}.{key}" in tensors}
         codes = codes_from_packed(parts, tuple(shape), config["bits"])
@@ -217,26 +375,15 @@ def load_packed_int4(directory, a_bits: int = 8, sparse: str = "auto", with_toke
             replacement.iclrkit_online_rotation = module.iclrkit_online_rotation
         parent_path, _, leaf = path.rpartition(".")
         setattr(model.get_submodule(parent_path) if parent_path else model, leaf, replacement)
-    return model, tokenizer
+    return model.to(device), tokenizer
 
 
-def cuda_dense_layout(codes: torch.Tensor, multiple: int = 64) -> torch.Tensor:
-    """Codes [R, K] → signed two's-complement nibbles [R, Kp/2] (low nibble = lower column), Kp a multiple of 64:
-    the operand layout of the W4A4 mma.sync m16n8k64 kernel (activations and weights alike)."""
+def s4_layout(codes: torch.Tensor, multiple: int = 64) -> torch.Tensor:
+    """Codes [R, K] in [-8, 7] → signed two's-complement nibbles [R, Kp/2] (low nibble = lower column), Kp a multiple
+    of 64: the operand layout of `int4_gemm_s4` (activations and weights alike)."""
     rows, k = codes.shape
     kp = -(-k // multiple) * multiple
-    full = torch.zeros(rows, kp, dtype=torch.int16)
+    full = torch.zeros(rows, kp, dtype=torch.int16, device=codes.device)
     full[:, :k] = codes.to(torch.int16)
     nibbles = (full & 0x0F).to(torch.uint8)
     return (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).contiguous()
-
-
-def cuda_24_layout(weights: KernelWeights) -> tuple[torch.Tensor, torch.Tensor]:
-    """The CPU 2:4 layout → the mma.sp kernel's: kept codes as sequential signed nibbles, same 2-bit metadata."""
-    if not weights.sparse:
-        raise BadInputError("cuda_24_layout needs 2:4 kernel weights")
-    n = weights.scales.numel()
-    raw = weights.packed.numpy()
-    kept = np.concatenate([(raw & 0x0F).reshape(n, -1, 32), (raw >> 4).reshape(n, -1, 32)], axis=2).reshape(n, -1)
-    signed = torch.from_numpy(kept.astype(np.int16) - 8)
-    return cuda_dense_layout(signed, multiple=2), weights.meta

