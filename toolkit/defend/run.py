@@ -3,7 +3,6 @@ STRIP and ONION baselines when evaluating against a known trigger)."""
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Literal, Optional
 
@@ -12,6 +11,7 @@ from pydantic import Field
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
 from toolkit.core.fields import data_field
+from toolkit.core.records import JsonlWriter, write_json
 
 PAPER = "https://arxiv.org/abs/2510.04347"
 
@@ -179,9 +179,8 @@ def _subset(texts, labels, size: Optional[int], seed: int):
 
 
 def _write_decisions(path, texts, decisions) -> None:
-    with path.open("w") as handle:
-        for text, decision in zip(texts, decisions):
-            handle.write(json.dumps({"text": text, **decision}) + "\n")
+    with JsonlWriter(path) as handle:
+        handle.write_all({"text": text, **decision} for text, decision in zip(texts, decisions))
 
 
 def _evaluate(config, ctx, model, tokenizer, texts, labels, clean_texts, score, threshold) -> dict:
@@ -220,8 +219,7 @@ def _evaluate(config, ctx, model, tokenizer, texts, labels, clean_texts, score, 
         ctx.baselines["onion"] = _onion(config, ctx, model, tokenizer, texts, labels, poisoned, target)
         metrics["asr_onion"] = ctx.baselines["onion"]["asr"]
     ctx.metrics.update(metrics)
-    ctx.path("results.json").write_text(json.dumps({**metrics, "threshold": threshold,
-                                                    "baselines": ctx.baselines}, indent=2))
+    write_json(ctx.path("results.json"), {**metrics, "threshold": threshold, "baselines": ctx.baselines})
     return ctx.metrics
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
+from toolkit.core.records import write_json
 from toolkit.explain.render3d import NO_FACE
 
 
@@ -106,7 +107,6 @@ def consistency_report(maps, pix_to_face, labels, faces_per_class, classes) -> d
 
 
 def run(config: ConsistencyConfig, ctx) -> dict:
-    import json
 
     from toolkit.explain.cave_data import load_dataset
 
@@ -120,6 +120,6 @@ def run(config: ConsistencyConfig, ctx) -> dict:
     method = config.method or str(attributions.get("method", Path(config.attributions).stem))
     report = {"method": method, "n_images": int(len(index)), **report}
     if ctx.out is not None:
-        ctx.path("consistency.json").write_text(json.dumps(report, indent=2))
+        write_json(ctx.path("consistency.json"), report)
     ctx.metrics.update({k: report[k] for k in ("method", "n_images", "consistency_3d", "chance_3d")})
     return report

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from toolkit.core.errors import BadInputError
+from toolkit.core.records import write_json
 from toolkit.remove_ln.config import AnalyzeConfig
 
 
@@ -132,7 +133,6 @@ def run_analyze(config: AnalyzeConfig, ctx) -> dict:
                              dla_max_abs_err=ref["max_abs_err"])
         report["reference"] = {"model": config.reference, "dla": ref}
     if ctx.out is not None:
-        import json
 
-        ctx.path("dla.json").write_text(json.dumps(report, indent=2))
+        write_json(ctx.path("dla.json"), report)
     return ctx.metrics

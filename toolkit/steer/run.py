@@ -16,6 +16,7 @@ from pydantic import Field
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
 from toolkit.core.fields import data_field, layers_field, model_field
+from toolkit.core.records import JsonlWriter, write_json
 
 Method = Literal["pcms", "ums", "ilcs"]
 Position = Literal["last", "mean"]
@@ -189,9 +190,9 @@ def run_generate(config: GenerateConfig, ctx) -> dict:
     with steering(model, edits, config.alpha, config.operator, [config.clip_threshold] * len(edits)):
         steered, _ = generate(model, tokenizer, prompts, config.max_new_tokens, None, config.batch_size, ctx.device)
     plain, _ = generate(model, tokenizer, prompts, config.max_new_tokens, None, config.batch_size, ctx.device)
-    with ctx.path("generations.jsonl").open("w") as handle:
-        for prompt, text, base in zip(prompts, steered, plain):
-            handle.write(json.dumps({"prompt": prompt, "steered": text, "unsteered": base}) + "\n")
+    with JsonlWriter(ctx.path("generations.jsonl")) as handle:
+        handle.write_all({"prompt": prompt, "steered": text, "unsteered": base}
+                         for prompt, text, base in zip(prompts, steered, plain))
     ctx.metrics.update({"prompts": len(prompts), "edits": len(edits), "alpha": config.alpha,
                         "operator": config.operator, "changed": sum(a != b for a, b in zip(steered, plain))})
     return ctx.metrics
@@ -303,7 +304,7 @@ def run_sweep(config: SweepConfig, ctx) -> dict:
                      "direction_norm": sum(float(v.norm()) for _, v in edits) / len(edits),
                      "split_half_cosine": sum(stability) / len(stability), **scores})
     base = {k: v for k, v in evaluator.base.items() if k in ("category_prob", "lexicon_mass", "lexicon_rate", "ppl")}
-    ctx.path("results.json").write_text(json.dumps({"baseline": base, "rows": rows}, indent=2))
+    write_json(ctx.path("results.json"), {"baseline": base, "rows": rows})
     plot_sweep(rows, ctx.path("sweep.png"))
     ctx.baselines.update({"unsteered": base})
     ctx.metrics.update({"settings": len(rows), "judge_train_accuracy": evaluator.judge_train_acc,

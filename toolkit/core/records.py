@@ -1,0 +1,54 @@
+"""The one JSON writer of the house: result files (`results.json`, reports) and per-record logs (`*.jsonl`).
+
+`write_json` writes through a temporary file and a rename, so a reader never sees half a file; `JsonlWriter`
+appends one compact line per record and flushes it (a killed run keeps every finished record)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+
+def dumps(payload: Any, indent: int | None = 2) -> str:
+    return json.dumps(payload, indent=indent, default=str, ensure_ascii=False)
+
+
+def write_json(path: str | Path, payload: Any, indent: int | None = 2) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(dumps(payload, indent) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+class JsonlWriter:
+    """with JsonlWriter(ctx.path("log.jsonl")) as log: log.write({...})"""
+
+    def __init__(self, path: str | Path, append: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = self.path.open("a" if append else "w", encoding="utf-8")
+
+    def write(self, record: Any) -> None:
+        self._handle.write(dumps(record, indent=None) + "\n")
+        self._handle.flush()
+
+    def write_all(self, records: Iterable[Any]) -> None:
+        for record in records:
+            self.write(record)
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __enter__(self) -> "JsonlWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
