@@ -60,7 +60,8 @@ gpu-check:
 # wheels/ is git-ignored; the device tool carries it with the tree on request (carry: ["wheels"]).
 GPU_WHEEL_NAMES := transformers pydantic pydantic-core annotated-types typing-inspection typer gguf
 GPU_PYTHON ?= 3.12
-gpu-wheels: $(STAMP)
+gpu-wheels:
+	@test -x $(PY) || { echo "make install first ($(PY) is missing)" >&2; exit 1; }
 	@rm -rf wheels && mkdir -p wheels
 	$(PY) -c "import importlib.metadata as m, sys; print('\n'.join(f'{n}=={m.version(n)}' for n in sys.argv[1:]))" \
 	  $(GPU_WHEEL_NAMES) > wheels/requirements.txt

@@ -283,3 +283,40 @@ def test_packed_linear_w4a16_matches_dequantized_linear():
     assert "w4a16" in repr(layer)
     with pytest.raises(BadInputError):
         PackedInt4Linear(pack_dense(codes, scales), a_bits=16)
+
+
+def test_without_the_extension_every_op_runs_its_reference():
+    """A fresh interpreter where `toolkit._C` cannot be imported: the ops still exist (schemas + references), the
+    kernels report not compiled, and results equal the brute force."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import sys
+sys.modules["toolkit._C"] = None  # import toolkit._C now raises ImportError
+import torch
+from toolkit.ops import compiled_ops, has_op, load_extension
+from toolkit.ops.hadamard import fwht, fwht_reference
+from toolkit.ops.int4 import PackedInt4Linear, int4_gemm, pack_24, quantize_activations
+from toolkit.segment import kernels
+assert load_extension()[0] is False and compiled_ops() == [] and not has_op("int4_gemm")
+g = torch.Generator().manual_seed(0)
+codes = torch.randint(-8, 8, (6, 32), generator=g, dtype=torch.int16)
+codes[:, 0::4] = 0; codes[:, 1::4] = 0
+xq = torch.randint(-127, 128, (3, 32), generator=g, dtype=torch.int8)
+acc = (xq.long() @ codes.long().t()).float()
+y = int4_gemm(xq, torch.ones(3), pack_24(codes, torch.ones(6)))
+assert torch.equal(y, acc), (y, acc)
+x = torch.randn(4, 64, generator=g)
+assert torch.equal(fwht(x), fwht_reference(x))
+layer = PackedInt4Linear.from_codes(codes, torch.ones(6), a_bits=16)
+assert torch.allclose(layer(x[:, :32]), x[:, :32] @ codes.float().t(), atol=1e-4)
+bits = kernels.pack_sign(torch.randn(1, 3, 5, 5, generator=g))
+pos, neg = kernels.weight_planes(torch.randint(-1, 2, (2, 3, 3, 3), generator=g).float())
+assert kernels.ternary_conv2d(bits, pos, neg, 1, 1).shape == (1, 5, 5, 2)
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
