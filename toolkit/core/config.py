@@ -22,7 +22,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise BadInputError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise BadInputError(f"config {path} is not UTF-8 text") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -35,17 +37,28 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_set(items: list[str] | None) -> dict[str, Any]:
-    """`--set a.b=3` -> {"a": {"b": 3}}; values are parsed as YAML scalars."""
+    """`--set a.b=3` -> {"a": {"b": 3}}; values are parsed as YAML scalars (or flow lists/mappings)."""
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
             raise BadInputError(f"--set expects key=value, got {item!r}")
         key, raw = item.split("=", 1)
-        node = out
         parts = key.strip().split(".")
-        for part in parts[:-1]:
+        if not all(part.strip() for part in parts):
+            raise BadInputError(f"--set {item!r}: empty key part", "write key=value or section.key=value")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            raise BadInputError(f"--set {key}: cannot parse the value {raw!r}",
+                                "quote strings; lists look like [1, 2]") from None
+        node = out
+        for depth, part in enumerate(parts[:-1]):
             node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(raw) if raw != "" else ""
+            if not isinstance(node, dict):
+                raise BadInputError(f"--set {key}: '{'.'.join(parts[:depth + 1])}' is already set to a value")
+        if isinstance(node.get(parts[-1]), dict) and not isinstance(value, dict):
+            raise BadInputError(f"--set {key}: '{key}' already holds nested keys")
+        node[parts[-1]] = value
     return out
 
 
