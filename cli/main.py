@@ -163,13 +163,17 @@ def move_root_options(args: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     """The console script: root options anywhere, usage errors as one line (exit 2), then the command's exit code."""
-    from typer._click import exceptions
+    try:  # typer >= 0.2x vendors click as typer._click; older ones use click itself
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover
+        from click import exceptions
+    no_args = getattr(exceptions, "NoArgsIsHelpError", ())
 
     args = move_root_options(list(sys.argv[1:] if argv is None else argv))
     command = typer.main.get_command(app)
     try:
         code = command.main(args=args, prog_name="iclrkit", standalone_mode=False)
-    except exceptions.NoArgsIsHelpError as exc:
+    except no_args as exc:
         typer.echo(exc.ctx.get_help() if exc.ctx else "", err=False)
         sys.exit(2)
     except exceptions.UsageError as exc:
