@@ -234,3 +234,12 @@ def test_help_shows_flags_as_flags_and_completion(cli):
     assert "--install-completion" in cli(["--help"]).stdout
     merge_help = cli(["merge", "average", "--help"]).stdout
     assert "--model" in merge_help and "-m" in merge_help
+
+
+def test_clamped_max_length_is_said_and_recorded(cli, tmp_path, tiny_gpt2_dir):
+    out = tmp_path / "ppl"
+    result = cli(["eval", "ppl", "-m", tiny_gpt2_dir, "--data", "embedded", "--max-length", "4096",
+                  "--max-windows", "1", "--out", out, "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert "--max-length 4096 clamped to 128" in result.stderr
+    assert any("clamped to 128" in w for w in json.loads(result.stdout)["warnings"])

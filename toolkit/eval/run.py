@@ -30,6 +30,8 @@ def run_perplexity(config: PerplexityConfig, ctx) -> dict:
     ids = tokenize(tokenizer, text)
     max_length = min(config.max_length, getattr(model.config, "max_position_embeddings", None)
                      or getattr(model.config, "n_positions", config.max_length))
+    if max_length < config.max_length:  # a silent clamp otherwise: say it, and run.json records it under warnings
+        ctx.warn(f"--max-length {config.max_length} clamped to {max_length}, the model's context length")
     result = perplexity(model, ids, max_length=max_length, stride=config.stride, device=ctx.device,
                         max_windows=config.max_windows, progress=ctx.progress)
     ctx.inputs["model"] = config.model
