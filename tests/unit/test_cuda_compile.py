@@ -46,7 +46,8 @@ def _command(source: Path, out: Path) -> list[str]:
     common = [NVCC, "-c", "-std=c++17", "-DICLRKIT_WITH_CUDA", "-DTORCH_EXTENSION_NAME=_C", *_torch_flags()]
     if source.suffix == ".cu":
         return [*common, "-O3", *ARCHS, str(source), "-o", str(out)]
-    return [*common, "-O0", "-Xcompiler", "-fPIC", str(source), "-o", str(out)]  # host code: nvcc runs the host compiler
+    # host code: nvcc hands it to the host compiler with the CUDA include path, as setup.py's CUDA build compiles it
+    return [*common, "-O0", "-Xcompiler", "-fPIC", str(source), "-o", str(out)]
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,7 @@ def test_cuda_unit_compiles(compiled, source):
     assert out.stat().st_size > 0
     cuobjdump = shutil.which("cuobjdump") or (str(CUDA_HOME / "bin" / "cuobjdump")
                                               if (CUDA_HOME / "bin" / "cuobjdump").exists() else None)
-    if source.suffix == ".cu" and cuobjdump:  # the Tensor Core instructions really are emitted (make gpu-check lists them)
+    if source.suffix == ".cu" and cuobjdump:  # Tensor Core instructions really are emitted (make gpu-check lists them)
         listing = subprocess.run([cuobjdump, "-sass", str(out)], capture_output=True, text=True, check=False).stdout
         assert re.search(r"\b(IMMA|HMMA|BMMA)", listing), source.name
 

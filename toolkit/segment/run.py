@@ -71,8 +71,8 @@ def run_convert(config: ConvertConfig, ctx) -> dict:
 
 
 class InferConfig(BaseConfig):
-    """Segment images with a packed (bit-packed CPU kernels) or float MBU-Net; writes masks/NAME.png (class indices,
-    palette) and overlays/NAME.png; reports mIoU per class when ground-truth masks exist."""
+    """Segment images with a packed (the bit-packed kernels of --device) or float MBU-Net; writes masks/NAME.png
+    (class indices, palette) and overlays/NAME.png; reports mIoU per class when ground-truth masks exist."""
 
     model: str
     data: str = "procedural"  # folder with images/ (and optionally masks/), or `procedural`
@@ -175,7 +175,8 @@ def run_bench(config: BenchConfig, ctx) -> dict:
     metrics = {"fp32_ms": layers["fp32_ms"], "packed_ms": layers["packed_ms"],
                "speedup": layers["fp32_ms"] / layers["packed_ms"],
                "network_fp32_ms": best_ms(lambda: reference(x)), "network_packed_ms": best_ms(lambda: packed(x)),
-               "shape": f"1x3x{config.size}x{config.size}", "device": str(device), "threads": torch.get_num_threads(), "timer": config.timer,
+               "shape": f"1x3x{config.size}x{config.size}", "device": str(device),
+               "threads": torch.get_num_threads(), "timer": config.timer,
                "compiled_kernel": has_op("ternary_conv2d_sign")}
     metrics["network_speedup"] = metrics["network_fp32_ms"] / metrics["network_packed_ms"]
     if ctx.out is not None:
