@@ -59,12 +59,7 @@ def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict]:
 
 def load_text(source: str | None, field: str = "text") -> str:
     """The whole text of a source. `file.jsonl:field` picks a field; None or 'embedded' is the embedded text."""
-    if source in (None, ""):
-        from toolkit.core.context import warn_and_record
-
-        warn_and_record("no --data given: using the embedded sample text (pass --data FILE for your own text)")
-        return embedded_text()
-    if source == EMBEDDED:
+    if source in (None, "", EMBEDDED):
         return embedded_text()
     path_part, _, field_part = str(source).partition(":") if ".jsonl:" in str(source) else (str(source), "", "")
     path = Path(path_part).expanduser()

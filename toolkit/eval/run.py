@@ -23,6 +23,8 @@ def run_perplexity(config: PerplexityConfig, ctx) -> dict:
     from toolkit.eval.perplexity import perplexity
     from toolkit.models.source import load_model
 
+    if config.data is None:  # scoring the embedded text is a default the user did not choose: say so
+        ctx.warn("no --data given: scoring the embedded sample text (Python's documentation); pass --data FILE")
     text = load_text(config.data)
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     if config.split:
