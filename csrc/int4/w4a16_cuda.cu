@@ -23,7 +23,8 @@
 
 namespace {
 
-constexpr int kWarps = 8;  // warps per block, splitting K
+constexpr int kWarps = 8;   // warps per block, splitting K
+constexpr int kUnroll = 4;  // weight loads in flight per lane
 
 template <typename T>
 struct Traits;
@@ -93,19 +94,31 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t chunks = kp / 64;  // 64 columns = four 16-column k-tiles per 16-byte load
   const uint4* wt = w + tile * chunks * 32;
   float c[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int64_t j = warp; j < chunks; j += kWarps) {
-    const uint4 q = wt[j * 32 + lane];
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+  // kUnroll independent 16-byte weight loads in flight per lane before any of them is used (decode is bound by
+  // the weight stream; one load at a time would leave it latency bound)
+  for (int64_t j0 = warp; j0 < chunks; j0 += static_cast<int64_t>(kWarps) * kUnroll) {
+    uint4 q[kUnroll];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      uint32_t a[4];
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = j0 + static_cast<int64_t>(u) * kWarps;
+      q[u] = j < chunks ? wt[j * 32 + lane] : make_uint4(0u, 0u, 0u, 0u);
+    }
 #pragma unroll
-      for (int reg = 0; reg < 4; ++reg)
-        a[reg] = Traits<T>::dequant(((words[r] >> (4 * reg)) & 0x000F000Fu) | Traits<T>::kExponent);
-      const int64_t col = (4 * j + r) * 16;
-      const uint32_t b0 = load_pair(x, tok0 + g, m, kp, col + 2 * t);
-      const uint32_t b1 = load_pair(x, tok0 + g, m, kp, col + 8 + 2 * t);
-      Traits<T>::mma(c, a, b0, b1);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = j0 + static_cast<int64_t>(u) * kWarps;
+      if (j >= chunks) break;
+      const uint32_t words[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        uint32_t a[4];
+#pragma unroll
+        for (int reg = 0; reg < 4; ++reg)
+          a[reg] = Traits<T>::dequant(((words[r] >> (4 * reg)) & 0x000F000Fu) | Traits<T>::kExponent);
+        const int64_t col = (4 * j + r) * 16;
+        const uint32_t b0 = load_pair(x, tok0 + g, m, kp, col + 2 * t);
+        const uint32_t b1 = load_pair(x, tok0 + g, m, kp, col + 8 + 2 * t);
+        Traits<T>::mma(c, a, b0, b1);
+      }
     }
   }
   for (int i = 0; i < 4; ++i) partial[warp][lane][i] = c[i];
