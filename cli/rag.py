@@ -48,7 +48,8 @@ def index(
             common=Common.of(locals()), run=run_index, inputs={"corpus": corpus})
 
 
-@deeprag.command("synth", help="Binary-tree search for minimum-retrieval trajectories + calibration pairs.",
+@deeprag.command("synth", help="Binary-tree search for minimum-retrieval trajectories + calibration pairs (paper "
+                 "defaults; --set policy=always|never writes the baselines' own training paths).",
                  epilog="Examples: iclrkit rag deeprag synth -m zoo:smollm2-135m -d train.jsonl --index runs/idx "
                         "-o runs/synth | iclrkit rag deeprag synth -m openai:m@http://127.0.0.1:8000/v1 -d train.jsonl "
                         "--index runs/idx -o runs/synth --json")
@@ -56,7 +57,9 @@ def synth(
     model: ModelOpt, data: QAData, index: IndexOpt,
     top_k: TopKOpt = None, limit: LimitOpt = None,
     max_depth: Annotated[Optional[int], typer.Option(help="Most sub-questions per path.")] = None,
-    decompose: Annotated[Optional[str], typer.Option(help="auto | gold | model: where sub-questions come from.")] = None,
+    decompose: Annotated[Optional[str], typer.Option(help="model (the paper: the model writes them under the few-shot "
+                                                     "decomposition prompt) | gold (ablation: the data's "
+                                                     "`decomposition`) | auto (gold when present).")] = None,
     concurrency: ConcurrencyOpt = None,
     out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
     device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,

@@ -15,8 +15,13 @@ from pathlib import Path
 import torch
 
 from toolkit.rag import synthetic, training
+from toolkit.rag.prompts import NO_INFO, READER_PROMPT
 from toolkit.rag.trace import FINAL, FOLLOW, INSTRUCTION, INTERMEDIATE, SEARCH, render_context
 from toolkit.zoo.lm import train_tokenizer
+
+# The decomposition instruction for the tiny model (the paper's prompt, shortened: sequence length is CPU time).
+KB_DECOMPOSE_INSTRUCTION = "Decompose the question into simple sub-questions and answer them one by one.\n"
+KB_INSTRUCTION = "Answer step by step; search for facts you do not know.\n"  # = examples/deeprag/kb.yaml
 
 
 def write_jsonl(path: Path, rows) -> None:
@@ -63,6 +68,14 @@ def main() -> None:
     parser.add_argument("--reading-kb-names", type=int, default=1, help="1: reading pairings also use KB names")
     parser.add_argument("--step-fraction", type=float, default=0.5, help="reading examples in the step format")
     parser.add_argument("--passages", type=int, default=1, help="passages per reading example (= top_k later)")
+    parser.add_argument("--paper-skills", type=int, default=1, help="1: also pretrain what the paper's synthesis "
+                        "asks of the base model: decomposition demonstrations under the few-shot decomposition "
+                        "prompt, known facts in the in-chain format, reading under the [No related Info] rule")
+    parser.add_argument("--decompositions", type=int, default=1500)
+    parser.add_argument("--bucket", type=int, default=0, help="batch examples of similar length (windows of N "
+                        "batches): less padding, less CPU; 0 = plain shuffling as in earlier rounds")
+    parser.add_argument("--reader", type=int, default=2000)
+    parser.add_argument("--chain-repeat", type=int, default=20)
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -81,6 +94,8 @@ def main() -> None:
     if args.base_from:
         earlier = Path(args.base_from)
         shutil.copytree(earlier / "base", out / "base", dirs_exist_ok=True)
+        if (earlier / "synth.yaml").exists():
+            shutil.copy(earlier / "synth.yaml", out / "synth.yaml")
         stats = {**json.loads((earlier / "setup.json").read_text()), **split, "base_from": str(earlier)}
         (out / "setup.json").write_text(json.dumps(stats, indent=2))
         print(json.dumps(stats, indent=2))
@@ -96,19 +111,31 @@ def main() -> None:
     reading = synthetic.reading_examples(args.reading, pools, passages=args.passages, seed=args.seed,
                                          exclude=set(kb.facts), step_fraction=args.step_fraction)
     texts = known * args.repeat + reading
-    vocab_text = "\n\n".join(texts + [INSTRUCTION, FINAL, render_context(["x"])] + [f.statement for f in kb.facts]
+    few_shot = ""
+    if args.paper_skills:
+        # the few-shot example of the decomposition prompt: the shortest of a few demonstrations (sequence length)
+        few_shot = min(synthetic.decomposition_examples(20, kb, pools, "", seed=args.seed + 7), key=len) + "\n"
+        prefix = KB_DECOMPOSE_INSTRUCTION + few_shot
+        texts += synthetic.chain_examples(kb) * args.chain_repeat
+        texts += synthetic.reader_examples(args.reader, pools, READER_PROMPT, passages=args.passages, seed=args.seed,
+                                           exclude=set(kb.facts))
+        texts += synthetic.decomposition_examples(args.decompositions, kb, pools, prefix, seed=args.seed)
+        (out / "synth.yaml").write_text(json.dumps({"decompose_instruction": KB_DECOMPOSE_INSTRUCTION,
+                                                    "decompose_few_shot": few_shot,
+                                                    "instruction": KB_INSTRUCTION}, indent=2) + "\n")
+    vocab_text = "\n\n".join(texts + [INSTRUCTION, KB_DECOMPOSE_INSTRUCTION, READER_PROMPT, FINAL, render_context(["x"])] + [f.statement for f in kb.facts]
                              + [q["question"] for q in kb.questions] + [f"{f.subquery} {f.object}" for f in kb.facts])
     tokenizer = train_tokenizer(vocab_text, vocab_size=600)
     # Every entity is one token, so a fact is a one-token association and reading is one-token copying: learnable
     # by a 1M-parameter model in a few minutes of CPU.
     tokenizer.add_tokens(sorted(kb_names | {name for names in pools.values() for name in names}))
-    tokenizer.add_tokens([FOLLOW, INTERMEDIATE, SEARCH, FINAL, "<answer short>", "</answer short>", "Context:"])
+    tokenizer.add_tokens([FOLLOW, INTERMEDIATE, SEARCH, FINAL, "<answer short>", "</answer short>", "Context:", NO_INFO])
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=128, n_layer=4, n_head=4,
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=128, n_layer=4, n_head=4,
                         bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
     model = GPT2LMHeadModel(config)
-    examples = [training.encode_segments(tokenizer, [(t, True)], 256) for t in texts]
+    examples = [training.encode_segments(tokenizer, [(t, True)], 512) for t in texts]
     started = time.time()
 
     def report(step: int, total: int, loss: float) -> None:
@@ -116,7 +143,7 @@ def main() -> None:
             print(f"pretrain step {step}/{total} loss {loss:.3f} ({time.time() - started:.0f}s)", file=sys.stderr)
 
     losses = training.train_sft(model, examples, tokenizer.eos_token_id, args.epochs, 2e-3, 32, 0.05, args.seed,
-                                on_step=report)
+                                on_step=report, bucket=args.bucket)
     seconds = time.time() - started
     model.save_pretrained(out / "base")
     tokenizer.save_pretrained(out / "base")
@@ -137,6 +164,24 @@ def main() -> None:
              "pretrain_steps": len(losses), "pretrain_loss_last": sum(losses[-10:]) / 10, "pretrain_s": seconds,
              "closed_book_acc_known": probe(known_facts, False), "closed_book_acc_unknown": probe(unknown_facts, False),
              "reading_acc_kb": probe(kb.facts, True)}
+    if args.paper_skills:
+        chain = [f"{KB_DECOMPOSE_INSTRUCTION}{few_shot}Question: x\n{FOLLOW} {f.subquery}\n{INTERMEDIATE}" for f in kb.facts]
+        reader = [READER_PROMPT.format(context=render_context([f"{f.subject}: {f.statement}"]), subquery=f.subquery)
+                  for f in kb.facts]
+        wrong = [READER_PROMPT.format(context=render_context([f"{g.subject}: {g.statement}"]), subquery=f.subquery)
+                 for f, g in zip(kb.facts, kb.facts[1:] + kb.facts[:1])]
+        train_q = [json.loads(line) for line in open(out / "train.jsonl")]
+        first = [f"{KB_DECOMPOSE_INSTRUCTION}{few_shot}Question: {q['question']}\n" for q in train_q]
+        stats.update({
+            "in_chain_acc_known": accuracy(model, tokenizer, [c for c, f in zip(chain, kb.facts) if f in kb.known],
+                                           [f.object for f in known_facts]),
+            "in_chain_acc_unknown": accuracy(model, tokenizer, [c for c, f in zip(chain, kb.facts) if f not in kb.known],
+                                             [f.object for f in unknown_facts]),
+            "reader_acc_kb": accuracy(model, tokenizer, reader, [f.object for f in kb.facts]),
+            "reader_no_info_acc": accuracy(model, tokenizer, wrong, [NO_INFO] * len(wrong)),
+            "first_follow_up_acc_train": accuracy(model, tokenizer, first,
+                                                  [f"{FOLLOW} {q['decomposition'][0]}" for q in train_q]),
+            "decompositions": args.decompositions, "reader": args.reader, "chain_repeat": args.chain_repeat})
     (out / "setup.json").write_text(json.dumps(stats, indent=2))
     print(json.dumps(stats, indent=2))
 

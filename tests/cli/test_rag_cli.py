@@ -58,6 +58,33 @@ def test_index_synth_train_run_end_to_end(cli, kb, files, tmp_path, tiny_gpt2_di
     assert json.loads((tmp_path / "model" / "run.json").read_text())["status"] == "ok"
 
 
+def test_synth_paper_defaults_gold_ablation_and_baseline_paths(cli, kb, files, tmp_path):
+    corpus, qa = files
+    assert cli(["rag", "deeprag", "index", "--corpus", corpus, "-o", tmp_path / "idx"]).exit_code == 0
+    metrics = {}
+    with LoopbackServer(reply=ScriptedPolicy(kb)) as url:
+        for name, extra in {"paper": [], "gold": ["--decompose", "gold"], "always": ["--set", "policy=always"],
+                            "never": ["--set", "policy=never"]}.items():
+            r = cli(["rag", "deeprag", "synth", "-m", f"openai:s@{url}", "-d", qa, "--index", tmp_path / "idx",
+                     *extra, "-o", tmp_path / name, "--json"])
+            assert r.exit_code == 0, r.stderr
+            metrics[name] = json.loads(r.stdout)["metrics"]
+    n = len(kb.questions)
+    assert metrics["paper"]["decompose"] == "model" and metrics["paper"]["pairs_format"] == "decision"
+    assert metrics["paper"]["retrievals_per_path"] == metrics["gold"]["retrievals_per_path"] == pytest.approx(
+        sum(q["unknown_hops"] for q in kb.questions) / n)
+    assert metrics["always"]["found_rate"] == 1.0 and metrics["always"]["pairs"] == 0
+    assert metrics["always"]["retrievals_per_path"] == pytest.approx(sum(q["hops"] for q in kb.questions) / n)
+    assert metrics["never"]["paths_found"] == sum(q["unknown_hops"] == 0 for q in kb.questions)
+    assert metrics["never"]["retrievals_per_path"] == 0
+    pairs = [json.loads(line) for line in (tmp_path / "paper" / "pairs.jsonl").read_text().splitlines()]
+    assert {(p["chosen"], p["rejected"]) for p in pairs} <= {("Let's search the question in Wikipedia.",
+                                                              "Intermediate answer:"),
+                                                             ("Intermediate answer:",
+                                                              "Let's search the question in Wikipedia.")}
+    assert sum(p["retrieve"] for p in pairs) == sum(q["unknown_hops"] for q in kb.questions)
+
+
 def test_dense_index_save_load_identical(tmp_path):
     from toolkit.rag.retrieval import DenseRetriever, Passage, load_index, save_index
 

@@ -112,17 +112,17 @@ def test_evidence_check_prunes_lucky_parametric_guesses():
     assert paper.retrievals == 0 and [s.answer for s in paper.steps] == ["Wrong", "Rome"]
     checked = search(lambda parametric, grounded: parametric == grounded)
     assert [(s.answer, s.retrieves) for s in checked.steps] == [("Right", True), ("Rome", False)]
-    pairs = calibration_pairs(question_prompt(checked.question), checked)
+    pairs = calibration_pairs(question_prompt(checked.question), checked, "answer")
     assert [(p["chosen"], p["rejected"]) for p in pairs] == [(SEARCH, "Intermediate answer: Wrong"),
                                                             ("Intermediate answer: Rome", SEARCH)]
 
 
-def test_calibration_pairs_condition_on_the_subquestion_not_the_question():
+def test_answer_pairs_condition_on_the_subquestion_not_the_question():
     trace = Trace("Where was the director of X born?",
                   [Step("Who directed X?", "Ann", ["X: X is a film directed by Ann."], alternative="Bob"),
                    Step("Where was Ann born?", "Rome", None, alternative="Oslo")], final="Rome")
     prompt = question_prompt(trace.question)
-    pairs = calibration_pairs(prompt, trace)
+    pairs = calibration_pairs(prompt, trace, "answer")
     assert pairs[0]["prompt"] == prompt + "Follow up: Who directed X?\n"
     assert (pairs[0]["chosen"], pairs[0]["rejected"]) == (SEARCH, "Intermediate answer: Bob")
     assert pairs[1]["prompt"].endswith("Intermediate answer: Ann\nFollow up: Where was Ann born?\n")

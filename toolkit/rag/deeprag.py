@@ -16,11 +16,14 @@ from pydantic import Field
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
 from toolkit.rag import infer
+from toolkit.rag.prompts import DECOMPOSE_INSTRUCTION, READER_PROMPT, STANDALONE_PARAMETRIC_PROMPT
 from toolkit.rag.qa import QAItem, load_qa
 from toolkit.rag.search import calibration_pairs, tree_search
 from toolkit.rag.trace import (
+    FINAL,
     FOLLOW,
     INSTRUCTION,
+    INTERMEDIATE,
     Step,
     Trace,
     extract_final,
@@ -31,8 +34,7 @@ from toolkit.rag.trace import (
 )
 
 PAPER = "https://arxiv.org/abs/2502.01142"
-PARAMETRIC_PROMPT = "Question: {subquery}\nAnswer:"
-READER_PROMPT = "{context}\nQuestion: {subquery}\nAnswer:"
+PARAMETRIC_PROMPT = STANDALONE_PARAMETRIC_PROMPT  # the `parametric=standalone` extension
 
 
 class IndexConfig(BaseConfig):
@@ -44,9 +46,19 @@ class IndexConfig(BaseConfig):
 
 
 class SynthConfig(BaseConfig):
-    """`rag deeprag synth`: binary-tree search per question (official sragsamplev2.py: top-3 passages, depth 6 on
-    HotpotQA). Sub-questions come from the data's gold `decomposition` when present (decompose=auto|gold), else
-    from the model in the DeepRAG format (decompose=model)."""
+    """`rag deeprag synth`: stage-I data by binary-tree search (paper §3.2, official sragsamplev2.py; top-3 passages,
+    depth 6 on HotpotQA) and stage-II calibration pairs (official make_pair.py).
+
+    Paper defaults: the model writes every sub-question under the few-shot decomposition prompt
+    (`decompose=model`), answers it in-chain with the history so far (`parametric=chain`) or from retrieved
+    passages under the "[No related Info]" reader instruction (`reader_prompt`), and writes the final answer; the
+    path with the fewest retrievals that reaches the gold answer is kept (`policy=tree`); each of its decisions gives
+    one pair, the atomic decision taken (search / answer) over the opposite one (`pairs=decision`).
+    Ablations and extensions (not the paper): `decompose=gold` (the data's gold sub-questions; `auto` = gold when
+    present), `parametric=standalone` (a context-free "Question/Answer" prompt), `parametric_check=evidence` (ours:
+    prune a parametric answer that contradicts the model's reading of the retrieved passages), `pairs=answer`
+    (ours: the parametric side of a pair carries its answer). `policy=always|never` keeps only the retrieve
+    (resp. parametric) child at every node: the training data of the always-retrieve and no-retrieval baselines."""
 
     model: str
     data: str
@@ -54,14 +66,16 @@ class SynthConfig(BaseConfig):
     top_k: int = Field(3, ge=1)
     max_depth: int = Field(6, ge=1)
     max_expansions: int = Field(64, ge=1)  # tree nodes expanded per question before giving up
-    decompose: Literal["auto", "gold", "model"] = "auto"
-    # none: the paper's search (a path is judged by its final answer only). evidence (not in the paper): prune a
-    # parametric answer that contradicts the model's reading of the retrieved passages, so no lucky wrong hop on the
-    # optimal path teaches skipping retrieval on a fact the model does not know (toolkit/rag/search.py).
+    decompose: Literal["model", "gold", "auto"] = "model"
+    decompose_instruction: str = DECOMPOSE_INSTRUCTION  # the synthesis prompt (official question_decompose.txt)
+    decompose_few_shot: str = ""  # worked examples after the decomposition instruction
+    parametric: Literal["chain", "standalone"] = "chain"
     parametric_check: Literal["none", "evidence"] = "none"
-    parametric_prompt: str = PARAMETRIC_PROMPT  # {subquery}
+    policy: Literal["tree", "always", "never"] = "tree"
+    pairs: Literal["decision", "answer"] = "decision"
+    parametric_prompt: str = PARAMETRIC_PROMPT  # {subquery}; only with parametric=standalone
     reader_prompt: str = READER_PROMPT  # {context} {subquery}; the model may answer "[No related Info]"
-    instruction: str = INSTRUCTION
+    instruction: str = INSTRUCTION  # the training / inference prompt the trajectories and pairs are written under
     few_shot: str = ""
     max_new_tokens: int = Field(32, ge=1)
     batch_size: int = Field(8, ge=1)
@@ -166,13 +180,15 @@ def answer_matches(prediction: str, answers: list[str]) -> bool:
 
 
 class ModelOracle:
-    """Asks the model: sub-questions in the DeepRAG format (or the gold decomposition), parametric answers with
-    `parametric_prompt`, context answers with `reader_prompt`. Answers depend only on the sub-question (and the
-    passages), so they are cached across the tree and across questions."""
+    """Asks the model at a tree node. Paper mode: the next line (a sub-question or the final answer) is generated
+    under the decomposition prompt after the chain so far; the parametric answer is generated in-chain (the same
+    prompt, history, "Follow up: q", "Intermediate answer:"); the retrieval answer comes from the reader prompt over
+    the passages. Every generation is cached by its full prompt (the tree shares prefixes)."""
 
     def __init__(self, llm, config: SynthConfig, item: QAItem, shared_cache: dict):
         self.llm, self.config, self.item, self.cache = llm, config, item, shared_cache
         self.gold = item.decomposition if config.decompose != "model" else None
+        self.prompt = question_prompt(item.question, config.decompose_instruction, config.decompose_few_shot)
 
     def _line(self, prompt: str) -> str:
         if prompt not in self.cache:
@@ -180,24 +196,28 @@ class ModelOracle:
             self.cache[prompt] = text.split("\n", 1)[0].strip()
         return self.cache[prompt]
 
+    def _chain(self, steps) -> str:
+        return self.prompt + "".join(render_step(step) for step in steps)
+
     def propose(self, question: str, steps) -> tuple[str, str]:
         answers = [step.answer for step in steps]
         if self.gold is not None:
-            if len(steps) >= len(self.gold):
-                return "final", answers[-1] if answers else ""
+            if len(steps) >= len(self.gold):  # the final answer is still the model's
+                return "final", extract_final(self._line(self._chain(steps) + f"{FINAL} <answer short>"))
             try:
                 return "follow", self.gold[len(steps)].format(None, *answers)
             except (IndexError, KeyError, ValueError):
                 raise BadInputError(f"question {self.item.id}: decomposition {self.gold!r} refers to an answer "
                                     "that does not exist yet (use {1} for the first answer, {2} the second, ...)")
-        prompt = question_prompt(question, self.config.instruction, self.config.few_shot)
-        line = self._line(prompt + "".join(render_step(step) for step in steps))
-        if line.startswith(FOLLOW):
+        line = self._line(self._chain(steps))
+        if line.startswith(FOLLOW) and line[len(FOLLOW):].strip():
             return "follow", line[len(FOLLOW):].strip()
         return "final", extract_final(line)
 
     def parametric(self, question: str, steps, subquery: str) -> str:
-        return self._line(self.config.parametric_prompt.format(subquery=subquery))
+        if self.config.parametric == "standalone":
+            return self._line(self.config.parametric_prompt.format(subquery=subquery))
+        return self._line(self._chain(steps) + f"{FOLLOW} {subquery}\n{INTERMEDIATE}")
 
     def from_context(self, question: str, steps, subquery: str, passages: list[str]) -> str:
         return self._line(self.config.reader_prompt.format(context=render_context(passages), subquery=subquery))
@@ -217,7 +237,7 @@ def run_synth(config: SynthConfig, ctx) -> dict:
         for item in ctx.progress(items, len(items), "tree search"):
             oracle = ModelOracle(llm, config, item, cache)
             result = tree_search(item.question, oracle, retrieve_for(item), lambda a: answer_matches(a, item.answers),
-                                 config.max_depth, config.max_expansions, agrees)
+                                 config.max_depth, config.max_expansions, agrees, children=config.policy)
             expansions += result.expansions
             if result.trace is None:
                 continue
@@ -227,11 +247,14 @@ def run_synth(config: SynthConfig, ctx) -> dict:
             trajectories.write(json.dumps({"id": item.id, "question": item.question, "answers": item.answers,
                                            "prompt": prompt, "trace": result.trace.to_dict(),
                                            "text": render_trace(result.trace)}) + "\n")
-            for pair in calibration_pairs(prompt, result.trace):
+            # the baselines' data (policy always/never) explored one decision per step: nothing to calibrate
+            for pair in calibration_pairs(prompt, result.trace, config.pairs) if config.policy == "tree" else []:
                 pairs.write(json.dumps({"id": item.id, **pair}) + "\n")
                 pairs_written += 1
     require(found, "the tree search found no correct path for any question: check the model, index and answers")
-    ctx.metrics.update({"questions": len(items), "paths_found": found, "found_rate": found / len(items),
+    ctx.metrics.update({"policy": config.policy, "decompose": config.decompose, "parametric": config.parametric,
+                        "parametric_check": config.parametric_check, "pairs_format": config.pairs,
+                        "questions": len(items), "paths_found": found, "found_rate": found / len(items),
                         "retrievals_per_path": retrievals / found, "pairs": pairs_written,
                         "expansions_per_question": expansions / len(items)})
     return ctx.metrics

@@ -197,3 +197,81 @@ def reading_examples(n: int, pools: dict[str, list[str]], passages: int = 2, see
         else:
             examples.append(f"{context}\nQuestion: {gold.subquery}\nAnswer: {gold.object}")
     return examples
+
+
+# ---------------------------------------------------------------- pretraining texts for the paper-mode synthesis
+#
+# The paper's synthesis asks the base model itself to write sub-questions (few-shot decomposition prompt), to answer
+# each one in-chain from memory, and to read passages under the "[No related Info]" reader instruction. A 1 M-param
+# model trained from scratch has none of these skills; the texts below give them to it on random pairings that
+# never state a fact the model is not supposed to know (the unknown half of the KB stays unknown).
+
+
+def chain_examples(kb: KnowledgeBase) -> list[str]:
+    """The known facts in the in-chain format ("Follow up: q / Intermediate answer: a"): the same parametric knowledge
+    as `parametric_examples`, reachable where the paper's synthesis asks for it (after the chain so far)."""
+    return [f"{FOLLOW} {f.subquery}\n{INTERMEDIATE} {f.object}" for f in kb.facts if f in kb.known]
+
+
+def reader_examples(n: int, pools: dict[str, list[str]], reader_prompt: str, passages: int = 1, seed: int = 0,
+                    exclude: set[Fact] | None = None, no_info_fraction: float = 0.2) -> list[str]:
+    """Reading under the reader instruction (`reader_prompt` with {context} and {subquery}): copy the answer out of
+    the passages, or answer "[No related Info]" when none of them is about the sub-question's subject (a
+    `no_info_fraction` of the examples). Random pairings of pool entities; pairings in `exclude` never appear."""
+    from toolkit.rag.trace import render_context
+
+    rng, exclude = random.Random(seed), exclude or set()
+    examples = []
+    while len(examples) < n:
+        relation = rng.choice(list(RELATIONS))
+        subject_kind, object_kind = KINDS[relation]
+        subjects = rng.sample(pools[subject_kind], passages + 1)
+        facts = [Fact(relation, subject, rng.choice(pools[object_kind])) for subject in subjects]
+        if exclude.intersection(facts):
+            continue
+        gold, shown = facts[0], facts[:passages]
+        answer = gold.object
+        if rng.random() < no_info_fraction:
+            shown, answer = facts[1:], NO_INFO
+        rng.shuffle(shown)
+        context = render_context([f"{f.subject}: {f.statement}" for f in shown])
+        examples.append(reader_prompt.format(context=context, subquery=gold.subquery) + f" {answer}")
+    return examples
+
+
+def decomposition_examples(n: int, kb: KnowledgeBase, pools: dict[str, list[str]], prefix: str, seed: int = 0,
+                           retrieve_fraction: float = 0.5) -> list[str]:
+    """Worked multi-hop chains in the DeepRAG step format under the decomposition prompt (`prefix` + "Question: q"):
+    the question templates of the KB, started from a random non-KB entity (later hops may reach KB names), each hop retrieved (with a context
+    passage) or answered from memory at random — the decision never depends on whether the model knows the fact,
+    so no retrieval policy is taught here. A hop about a known KB fact carries its true object (the model knows it
+    anyway); any other hop answered from memory carries a random non-KB name (an uninformed guess, so no unknown KB
+    fact and no consistent false association is taught); a retrieved hop copies a random pairing from its passage
+    (one passage, = top-1 retrieval; never an unknown KB fact)."""
+    from toolkit.rag.trace import render_context, render_final
+
+    rng = random.Random(seed)
+    kb_names = entity_names(kb)
+    guesses = {kind: [name for name in names if name not in kb_names] for kind, names in pools.items()}
+    starts = {"director": "film", "birthplace": "person"}
+    examples = []
+    while len(examples) < n:
+        template, chain = rng.choice(QUESTIONS)
+        subject = rng.choice(guesses[starts[chain[0]]])  # never a KB entity: no KB question appears here
+        lines, entity = [], subject
+        for relation in chain:
+            object_kind = KINDS[relation][1]
+            fact = kb.by_relation.get((relation, entity))
+            subquery = RELATIONS[relation][0].format(s=entity)
+            if rng.random() < retrieve_fraction:
+                obj = fact.object if fact in kb.known else rng.choice(
+                    [o for o in pools[object_kind] if fact is None or o != fact.object])
+                context = render_context([f"{entity}: {Fact(relation, entity, obj).statement}"])
+                lines += [f"{FOLLOW} {subquery}", SEARCH, context, f"{INTERMEDIATE} {obj}"]
+            else:
+                obj = fact.object if fact in kb.known else rng.choice(guesses[object_kind])
+                lines += [f"{FOLLOW} {subquery}", f"{INTERMEDIATE} {obj}"]
+            entity = obj
+        examples.append(prefix + f"Question: {template.format(s=subject)}\n" + "\n".join(lines) + "\n"
+                        + render_final(entity))
+    return examples

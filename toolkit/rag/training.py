@@ -87,9 +87,12 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_cho
 
 
 def encode_pair(tokenizer, pair: dict, max_length: int) -> tuple[dict, dict]:
+    """(chosen, rejected) encodings, only the response trained. A decision pair (format "decision") scores the
+    decision text alone; an answer pair scores its line with the newline that ends it."""
     prompt = (pair["prompt"], False)
-    return (encode_segments(tokenizer, [prompt, (pair["chosen"] + "\n", True)], max_length, add_eos=False),
-            encode_segments(tokenizer, [prompt, (pair["rejected"] + "\n", True)], max_length, add_eos=False))
+    end = "" if pair.get("format") == "decision" else "\n"
+    return (encode_segments(tokenizer, [prompt, (pair["chosen"] + end, True)], max_length, add_eos=False),
+            encode_segments(tokenizer, [prompt, (pair["rejected"] + end, True)], max_length, add_eos=False))
 
 
 def _schedule(optimizer, total: int, warmup_ratio: float):
@@ -103,7 +106,34 @@ def _schedule(optimizer, total: int, warmup_ratio: float):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _loader(items: list, batch_size: int, seed: int, collate_fn: Callable):
+class BucketSampler(torch.utils.data.Sampler):
+    """Batches of similar length (less padding): each epoch shuffles the examples, cuts them into windows of
+    `batch_size * window` examples, sorts each window by length, cuts it into batches and shuffles the batches."""
+
+    def __init__(self, lengths: list[int], batch_size: int, window: int, seed: int):
+        self.lengths, self.batch_size, self.window, self.epoch, self.seed = lengths, batch_size, window, 0, seed
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        self.epoch += 1
+        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        span = self.batch_size * self.window
+        batches = []
+        for start in range(0, len(order), span):
+            chunk = sorted(order[start:start + span], key=lambda i: self.lengths[i])
+            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        return iter([batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()])
+
+    def __len__(self) -> int:
+        span = self.batch_size * self.window
+        return sum(math.ceil(min(span, len(self.lengths) - s) / self.batch_size)
+                   for s in range(0, len(self.lengths), span))
+
+
+def _loader(items: list, batch_size: int, seed: int, collate_fn: Callable, bucket: int = 0):
+    if bucket:
+        sampler = BucketSampler([len(item["input_ids"]) for item in items], batch_size, bucket, seed)
+        return torch.utils.data.DataLoader(items, batch_sampler=sampler, collate_fn=collate_fn)
     generator = torch.Generator().manual_seed(seed)
     return torch.utils.data.DataLoader(items, batch_size=batch_size, shuffle=True, generator=generator,
                                        collate_fn=collate_fn)
@@ -139,13 +169,14 @@ def _optimise(model, loader, epochs: float, lr: float, warmup_ratio: float, cpu:
 
 
 def train_sft(model, examples: list[dict], pad_id: int, epochs: float, lr: float, batch_size: int,
-              warmup_ratio: float = 0.1, seed: int = 0, cpu: bool = True, on_step=None) -> list[float]:
-    """Next-token cross-entropy on unmasked labels; returns per-step losses."""
+              warmup_ratio: float = 0.1, seed: int = 0, cpu: bool = True, on_step=None, bucket: int = 0) -> list[float]:
+    """Next-token cross-entropy on unmasked labels; returns per-step losses. `bucket` > 0 batches examples of
+    similar length (`BucketSampler` windows of bucket batches) to cut padding."""
     def step_loss(model, batch):
         loss = model(**batch).loss
         return loss, loss.item()
 
-    loader = _loader(examples, batch_size, seed, lambda b: collate(b, pad_id))
+    loader = _loader(examples, batch_size, seed, lambda b: collate(b, pad_id), bucket)
     return _optimise(model, loader, epochs, lr, warmup_ratio, cpu, step_loss, on_step)
 
 
