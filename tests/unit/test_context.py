@@ -130,9 +130,17 @@ def test_progress_logs_lines_when_stderr_is_not_a_tty(monkeypatch):
     assert lines[-1].startswith("progress blocks 5/5 ") and " eta 0:00:00" in lines[-1]
     stream.seek(0)
     stream.truncate(0)
-    monkeypatch.setenv("ICLRKIT_PROGRESS_EVERY", "3600")  # steady rate: the first and the last item only
+    monkeypatch.setenv("ICLRKIT_PROGRESS_EVERY", "3600")  # steady rate: nothing until an hour passed, then the end
     list(RunContext().progress(iter(range(7)), total=7, description="steps"))
-    assert [line.split()[2] for line in stream.getvalue().splitlines()] == ["1/7", "7/7"]
+    assert [line.split()[2] for line in stream.getvalue().splitlines()] == ["7/7"]
+    clock = iter([0.0, 4.0, 9.0, 11.0, 19.0, 23.0])  # item ends at 4, 9, 11, 19, 23 s; a line every >= 10 s
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: next(clock))
+    stream.seek(0)
+    stream.truncate(0)
+    from toolkit.core.progress import log_lines
+
+    assert list(log_lines(range(5), None, "batches", every_s=10.0, stream=stream)) == list(range(5))
+    assert [line.split()[2] for line in stream.getvalue().splitlines()] == ["3", "5"]
     stream.seek(0)
     stream.truncate(0)
     list(RunContext(quiet=True).progress(range(3), total=3, description="quiet"))

@@ -1,8 +1,8 @@
 """Progress on stderr: a rich bar on a terminal, steady one-line logs when stderr is not a TTY (CI, nohup, pipes).
 
 Every long loop goes through `RunContext.progress` (or a `progress=` callable a command passes down), so all of
-them get the same behaviour; `-q` silences both forms. The log form prints the first item, then at most one line
-every `ICLRKIT_PROGRESS_EVERY` seconds (default 10), and always the last one:
+them get the same behaviour; `-q` silences both forms. The log form prints one line each time at least
+`ICLRKIT_PROGRESS_EVERY` seconds (default 10) have passed since the last one, and always one for the last item:
 
     progress blocks 3/12 elapsed 0:00:41 eta 0:02:03
 """
@@ -56,17 +56,16 @@ def format_line(description: str, done: int, total: int | None, elapsed: float) 
 
 def log_lines(iterable: Iterable[T], total: int | None, description: str, every_s: float | None = None,
               stream=None) -> Iterator[T]:
-    """Yield the items; after the first, every `every_s` seconds and the last, write one progress line."""
+    """Yield the items; every `every_s` seconds and after the last item, write one progress line."""
     every_s = _interval() if every_s is None else every_s
     stream = stream or sys.stderr
-    started = time.monotonic()
-    last = None
+    started = last = time.monotonic()
     done = 0
     for item in iterable:
         yield item
         done += 1
         now = time.monotonic()
-        if last is None or now - last >= every_s or (total is not None and done == total):
+        if now - last >= every_s or (total is not None and done == total):
             stream.write(format_line(description, done, total, now - started) + "\n")
             stream.flush()
             last = now
