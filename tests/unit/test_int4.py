@@ -15,6 +15,7 @@ from toolkit.ops.int4 import (
     is_24_sparse,
     pack_24,
     pack_dense,
+    padded,
     quantize_activations,
     s4_layout,
     to_kernel_layout,
@@ -320,3 +321,46 @@ print("ok")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def test_cuda_w4a8_kernels_address_the_cpu_layout():
+    """The byte / nibble arithmetic of csrc/int4/int4_gemm_cuda.cu, replayed in numpy: for every 32-column step and
+    lane (g, t), the four codes each A-fragment register widens are the columns the m16n8k32 (.sp) map assigns it
+    (dense: a0 cols 4t..4t+3, a2 cols 16+4t..; 2:4: a0 kept 4t..4t+3 of the step's 16 kept values)."""
+    g_ = torch.Generator().manual_seed(21)
+    n, k = 16, 384
+    codes = random_codes(n, k, g_, sparse24=True)
+    dense = pack_dense(codes, torch.ones(n)).packed.numpy()
+    sparse = pack_24(codes, torch.ones(n))
+    values, meta = sparse.packed.numpy(), sparse.meta.numpy()
+    kp = padded(k)
+
+    def widen(row_bytes, byte, high):
+        raw = row_bytes[byte:byte + 4]
+        return [int((b >> 4 if high else b) & 0x0F) - 8 for b in raw]
+
+    kept = unpack_kernel_codes(sparse).numpy().reshape(n, -1, 4)
+    order = np.argsort(kept == 0, axis=-1, kind="stable")[..., :2]
+    kept_values = np.take_along_axis(kept, np.sort(order, axis=-1), axis=-1).reshape(n, -1)  # [n, kp/2]
+    full = np.zeros((n, kp), dtype=np.int64)
+    full[:, :k] = codes.numpy()
+    for k0 in range(0, kp, 32):
+        block, within = k0 // 128, k0 % 128
+        high, byte = within >= 64, block * 64 + (within & 63)
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            for row in (g, g + 8):
+                assert widen(dense[row], byte + 4 * t, high) == list(full[row, k0 + 4 * t:k0 + 4 * t + 4])
+                assert widen(dense[row], byte + 16 + 4 * t, high) == list(full[row, k0 + 16 + 4 * t:k0 + 20 + 4 * t])
+                first = k0 // 2 + 4 * t
+                sblock, j = first // 64, first % 64
+                got = widen(values[row], sblock * 32 + (j & 31), j >= 32)
+                assert got == list(kept_values[row, first:first + 4])
+                # metadata: 16 bits = kept first..first+7 of this lane's half (tt = t & 1)
+                first_meta = k0 // 2 + 8 * (t & 1)
+                bits = int(meta[row, first_meta // 4]) | int(meta[row, first_meta // 4 + 1]) << 8
+                for i in range(8):
+                    group = (first_meta + i) // 2
+                    column = group * 4 + ((bits >> (2 * i)) & 3)
+                    value = kept_values[row, first_meta + i]
+                    assert column >= k or full[row, column] == value or value == 0
