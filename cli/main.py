@@ -112,9 +112,9 @@ MOVABLE = {"-q": False, "--quiet": False, "-v": False, "--verbose": False, "--of
            "--threads": True}
 
 
-def _leaf_options(args: list[str]):
+def _leaf_options(args: list[str], command=None):
     """(index where the leaf command's own arguments start, the names of its options) for `args`."""
-    command = typer.main.get_command(app)
+    command = command if command is not None else typer.main.get_command(app)
     index = 0
     root_values = {name for param in command.params if param.param_type_name == "option" and not param.is_flag
                    and not param.count for name in param.opts}
@@ -135,10 +135,10 @@ def _leaf_options(args: list[str]):
     return index, names
 
 
-def move_root_options(args: list[str]) -> list[str]:
+def move_root_options(args: list[str], command=None) -> list[str]:
     """`iclrkit eval ppl ... -q --offline` == `iclrkit -q --offline eval ppl ...`: root options the leaf command does
     not define itself are moved in front of the subcommand (nothing after `--` is touched)."""
-    start, own = _leaf_options(args)
+    start, own = _leaf_options(args, command)
     if own is None or start == 0:
         return args
     moved, kept = [], list(args[:start])
@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> None:
         from click import exceptions
     no_args = getattr(exceptions, "NoArgsIsHelpError", ())
 
-    args = move_root_options(list(sys.argv[1:] if argv is None else argv))
     command = typer.main.get_command(app)
+    args = move_root_options(list(sys.argv[1:] if argv is None else argv), command)
     try:
         code = command.main(args=args, prog_name="iclrkit", standalone_mode=False)
     except no_args as exc:
