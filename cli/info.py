@@ -32,10 +32,12 @@ def _version_of(module: str) -> str | None:
 def collect() -> dict:
     import torch
 
+    from cli._runner import apply_threads
     from toolkit import __version__
     from toolkit.ops import compiled_ops, load_extension
     from toolkit.zoo.registry import zoo_dir
 
+    apply_threads()  # `iclrkit --threads N info` reports the count a run would use
     built, detail = load_extension()
     cuda = torch.cuda.is_available()
     return {
@@ -48,6 +50,8 @@ def collect() -> dict:
                                          and _has_cuda_build())},
         "optional": {name: _version_of(name) for name in OPTIONAL},
         "cache": {"zoo": str(zoo_dir()),
+                  "iclrkit": str(Path(os.environ.get("ICLRKIT_CACHE_DIR", Path.home() / ".cache" / "iclrkit"))
+                                 .expanduser()),
                   "huggingface": os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))},
         "offline": os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", ""),
     }
@@ -60,7 +64,12 @@ def _has_cuda_build() -> bool:
 
 
 def info(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    data = collect()
+    from cli._runner import fail
+
+    try:
+        data = collect()
+    except Exception as exc:  # noqa: BLE001 - e.g. ICLRKIT_THREADS=0: one line and its exit code
+        fail(exc)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return

@@ -200,3 +200,19 @@ def test_common_of_maps_command_parameters():
 
     common = Common.of({"out": "o", "set_": ["a=1"], "json_": True, "device": "cuda", "unrelated": 1}, device="cpu")
     assert (common.out, common.set, common.json, common.device, common.dtype) == ("o", ["a=1"], True, "cpu", None)
+
+
+def test_info_reports_the_thread_count_a_run_would_use(cli, monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        result = cli(["--threads", "1", "info", "--json"])
+        assert result.exit_code == 0 and json.loads(result.stdout)["threads"] == 1
+        assert "iclrkit" in json.loads(result.stdout)["cache"]
+    finally:
+        torch.set_num_threads(before)
+    monkeypatch.setenv("ICLRKIT_THREADS", "0")
+    bad = cli(["info"])
+    assert bad.exit_code == 2 and bad.stderr.strip().splitlines() == [
+        "error: ICLRKIT_THREADS must be at least 1, got 0 (hint: omit it to use torch's default)"]
