@@ -68,6 +68,33 @@ def _greedy(model, prompts: list[list[int]], new_tokens: int) -> list[list[int]]
     return outputs
 
 
+def _compressed_tensors_reload(q, model, prompts: list[list[int]], out: Path) -> dict:
+    """Export to compressed-tensors, reload with transformers, compare logits with the in-memory model."""
+    import torch
+
+    try:
+        import compressed_tensors  # noqa: F401 - needed by transformers' loader
+    except ImportError:
+        return {"skipped": "compressed-tensors is not installed"}
+    from transformers import AutoModelForCausalLM
+
+    from toolkit.core.errors import BadInputError
+    from toolkit.export.compressed_tensors import save_compressed_tensors
+
+    try:
+        save_compressed_tensors(q, out)
+    except BadInputError as exc:
+        return {"skipped": exc.message}
+    reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    worst = 0.0
+    with torch.no_grad():
+        for ids in prompts:
+            ref = model(torch.tensor([ids])).logits
+            got = reloaded(torch.tensor([ids])).logits
+            worst = max(worst, float((got - ref).abs().max() / ref.abs().max()))
+    return {"max_relative_logit_diff": worst, "prompts": len(prompts)}
+
+
 def _agreement(a: list[list[int]], b: list[list[int]]) -> list[int]:
     """Per prompt: how many leading tokens match."""
     counts = []
@@ -108,6 +135,7 @@ def main() -> None:
     model, tokenizer = load_packed(packed)
     prompts = [tokenizer(p)["input_ids"] for p in PROMPTS]
     reference = _greedy(model, prompts, args.new_tokens)
+    ct_check = _compressed_tensors_reload(q, model, prompts, work / "ct")
     with torch.no_grad():
         for path, grid in q.linears.items():
             module = model.get_submodule(path)
@@ -121,6 +149,7 @@ def main() -> None:
     served = json.loads(done.stdout.strip().splitlines()[-1])
     vs_memory, vs_fp16 = _agreement(served, reference), _agreement(served, fp16_scales)
     report = {"packed": str(packed), "gguf": str(gguf_path), "gguf_mb": summary["size_mb"],
+              "compressed_tensors_reload": ct_check,
               "new_tokens": args.new_tokens, "prompts": PROMPTS,
               "llamacpp_vs_in_memory_leading_tokens": vs_memory,
               "llamacpp_vs_fp16_scales_leading_tokens": vs_fp16,

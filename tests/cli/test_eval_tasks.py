@@ -18,7 +18,11 @@ DOCS = [{"question": "The sky is", "choices": [" blue", " green"], "label": 0},
 
 @pytest.fixture()
 def local_task(tmp_path, monkeypatch):
+    import datasets
+
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")  # read at import time
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     folder = tmp_path / "tasks"
     folder.mkdir()
     data = tmp_path / "docs.json"

@@ -22,8 +22,8 @@ from toolkit.core.errors import BadInputError, ResourceError
 
 log = logging.getLogger("iclrkit")
 
-NETWORK_ERRORS = ("ConnectionError", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "HfHubHTTPError",
-                  "DatasetNotFoundError", "ConnectTimeout", "MaxRetryError", "NameResolutionError", "HTTPError")
+NETWORK_ERRORS = ("ConnectionError", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectTimeout",
+                  "MaxRetryError", "NameResolutionError")
 
 
 class TasksConfig(BaseConfig):
@@ -89,7 +89,7 @@ def load_tasks(config: TasksConfig):
             where = "while offline (HF_HUB_OFFLINE / --offline)" if _offline() else "and it is unreachable"
             raise ResourceError(f"task {', '.join(names)} needs the network to fetch its data {where}: {first}",
                                 "use a local task YAML over local files (--include-path)") from None
-        if isinstance(exc, (FileNotFoundError, KeyError, ValueError)):
+        if isinstance(exc, (FileNotFoundError, KeyError, ValueError)) or type(exc).__name__ == "DatasetNotFoundError":
             raise BadInputError(f"task {', '.join(names)} could not be built: {type(exc).__name__}: {first}") from None
         raise
 
