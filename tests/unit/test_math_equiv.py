@@ -80,6 +80,7 @@ def test_final_answers_of_each_style():
     assert predicted_final("Janet sells 9 eggs.\n#### 18") == "18"
     assert predicted_final("so she has 12 apples and 3 pears") == "3"  # GSM8K fallback: the last number
     assert predicted_final("I do not know") is None
+    assert predicted_final("by 15, which is 20, since it") == "20"
     assert reference_final("\\left( 3, \\frac{\\pi}{2} \\right)") == "\\left( 3, \\frac{\\pi}{2} \\right)"
     assert reference_final("16 - 3 - 4 = 9\n#### 9") == "9"
     assert reference_final("A long worked solution\nwithout any final marker") is None

@@ -75,7 +75,7 @@ def predicted_final(text: str) -> str | None:
     if marked is not None:
         return marked
     numbers = _NUMBER.findall(text)
-    return numbers[-1] if numbers else None
+    return numbers[-1].rstrip(",") if numbers else None  # "…which is 20, since…" -> "20"
 
 
 def reference_final(text: str) -> str | None:
