@@ -65,12 +65,15 @@ def _unwrap_optional(annotation: Any) -> Any:
 def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
     """(Annotated type for Typer, converter from the typed value to the config value) for one field."""
     field = config_cls.model_fields[name]
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    if not field.description:
+    # a subclass that only changes a default (ObrConfig's a_bits = 4) keeps its base's help and flag
+    declared = next((base.model_fields[name] for base in config_cls.__mro__
+                     if name in getattr(base, "model_fields", {}) and base.model_fields[name].description), None)
+    if declared is None:
         raise TypeError(f"{config_cls.__name__}.{name} needs a description to become a flag")
+    extra = declared.json_schema_extra if isinstance(declared.json_schema_extra, dict) else {}
     flag = extra.get("flag", "--" + name.replace("_", "-"))
     decls = [flag] + ([extra["short"]] if extra.get("short") else [])
-    help_text = field.description
+    help_text = field.description or declared.description
     if field.is_required():  # may come from --config/--set too, so the config (not Typer) enforces it
         help_text += " Required (here, in --config or by --set)."
     base = _unwrap_optional(field.annotation)

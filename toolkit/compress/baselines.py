@@ -17,59 +17,11 @@ Activation ordering (`actorder`, GPTQ and the two-stage baseline only; OBR's off
   fitted on the permuted weights; the packed file stores each column's group (`g_idx`). Needs `group_size`.
 """
 
-from __future__ import annotations
-
-from typing import Literal
-
-from pydantic import model_validator
-
-from toolkit.compress.recipe import CompressConfig
-
-ActOrder = Literal["none", "static", "weight", "group"]
-
-
-class _Ordered(CompressConfig):
-    actorder: ActOrder = "static"  # measured on SmolLM2 (examples/obr/RESULTS.md)
-
-    @model_validator(mode="after")
-    def _group_needs_groups(self):
-        if self.actorder == "group" and self.group_size is None:
-            raise ValueError("actorder=group needs grouped scales: set --group-size (e.g. 128)")
-        return self
-
-
-class RtnConfig(CompressConfig):
-    """`iclrkit compress rtn`: per-channel symmetric round-to-nearest; with --sparsity, magnitude mask first."""
-
-    method: Literal["rtn"] = "rtn"
-    mask: Literal["magnitude", "wanda"] = "magnitude"
-
-
-class GptqConfig(_Ordered):
-    """`iclrkit compress gptq`: GPTQ (blocksize 128, 1% damping, activation ordering); with --sparsity, a fixed mask
-    first."""
-
-    method: Literal["gptq"] = "gptq"
-    mask: Literal["magnitude", "wanda"] = "magnitude"
-
-
-class SparsegptConfig(CompressConfig):
-    """`iclrkit compress sparsegpt`: SparseGPT 50% with joint GPTQ quantization (the paper's baseline)."""
-
-    method: Literal["sparsegpt"] = "sparsegpt"
-    sparsity: float = 0.5
-
-
-class WandaConfig(CompressConfig):
-    """`iclrkit compress wanda`: Wanda mask (|W|·‖x‖) then RTN."""
-
-    method: Literal["wanda"] = "wanda"
-    sparsity: float = 0.5
-    mask: Literal["wanda"] = "wanda"
-
-
-class SparsegptGptqConfig(_Ordered):
-    """`iclrkit compress sparsegpt-gptq`: the two-stage baseline, SparseGPT 50% → refit scales → GPTQ (mask kept)."""
-
-    method: Literal["sparsegpt-gptq"] = "sparsegpt-gptq"
-    sparsity: float = 0.5
+from toolkit.compress.config import (  # noqa: F401 - the baselines' configs, declared in config.py
+    ActOrder,
+    GptqConfig,
+    RtnConfig,
+    SparsegptConfig,
+    SparsegptGptqConfig,
+    WandaConfig,
+)

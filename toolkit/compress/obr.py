@@ -16,29 +16,11 @@ the official code: α is honoured everywhere (no hard-coded 0.5), GPTQ starts ex
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
+from toolkit.compress.config import ObrConfig  # noqa: F401 - declared in config.py
 from toolkit.compress.quant import quantize_rows
-from toolkit.compress.recipe import CompressConfig
 from toolkit.compress.solvers import DampedHessian, gptq, restricted_solve
-
-
-class ObrConfig(CompressConfig):
-    """`iclrkit compress obr`: defaults are the paper's W4A4KV4 + 50% unstructured recipe (QuaRot rotation,
-    Wanda mask, α = 0.5, OBR_GPTQ, 128 calibration windows of 2048 tokens, 1% damping)."""
-
-    method: Literal["obr"] = "obr"
-    sparsity: float = 0.5
-    a_bits: int = 4
-    kv_bits: int = 4
-    mask: Literal["wanda", "magnitude"] = "wanda"
-    alpha: float = 0.5  # share of input columns (by position) whose quantization error is compensated in closed form
-    mode: Literal["gptq", "rtn"] = "gptq"  # final quantizer: OBR_GPTQ (default) or OBR_RTN
-    # how the per-row systems H_RR x = b are solved: batched preconditioned conjugate gradients (one GEMM per
-    # iteration for all rows, to a 1e-4 relative residual in float32) or an exact batched Cholesky per row
-    solver: Literal["cg", "cholesky"] = "cg"
 
 
 def group_split(columns: int, alpha: float) -> int:

@@ -8,81 +8,12 @@ import hashlib
 import json
 import logging
 import time
-from typing import Literal
 
-from pydantic import Field, field_validator
-
-from toolkit.core.config import BaseConfig
+from toolkit.compress.config import CompressConfig
+from toolkit.core.registry import registry
 
 log = logging.getLogger("iclrkit")
 G_IDX = "::g_idx"  # checkpoint key suffix of a linear's activation-ordered group index (never a module path)
-
-
-class CompressConfig(BaseConfig):
-    """Knobs every method shares, so one recipe compares methods fairly."""
-
-    model: str
-    data: str | None = None  # calibration text (.txt/.jsonl/embedded)
-    eval_data: str | None = None  # perplexity text after compression (skipped when None)
-    method: str = "rtn"
-    w_bits: int = 4  # weight bits (per output channel, symmetric); 16 = keep weights in float
-    # input columns per weight scale (32/64/128 typical; a ragged last group when in_features is not a multiple);
-    # None = one scale per output channel
-    group_size: int | None = Field(None, gt=0)
-    a_bits: int = 16  # per-token activation bits for every block linear (lm_head stays 16-bit); simulated on CPU
-    kv_bits: int = 16  # KV-cache bits (K after RoPE, V), per token and head, asymmetric
-    sparsity: float = 0.0  # fraction of weights pruned per output row (unstructured), in [0, 1)
-    nm: str | None = None  # N:M structured sparsity, e.g. "2:4" (overrides sparsity)
-    nsamples: int = Field(128, gt=0)  # calibration windows
-    seqlen: int = Field(2048, gt=1)  # tokens per calibration window (capped at the model's context)
-    percdamp: float = Field(0.01, ge=0)  # Hessian damping, as a share of mean(diag H); escalates ×10 on failure
-    blocksize: int = Field(128, gt=0)  # GPTQ/SparseGPT lazy-batch width
-    w_clip: bool = True  # MSE clip search for the weight scales (grid 100, max shrink 0.8, norm 2.4)
-    a_clip_ratio: float = Field(1.0, gt=0, le=1)
-    rotate: bool | None = None  # QuaRot rotation; None = on for RMSNorm models, off (with a note) otherwise
-    rotation_seed: int = 0
-    eval_max_length: int = Field(2048, gt=1)
-    eval_windows: int | None = Field(None, gt=0)
-    # compressed-tensors / gguf: packed/ plus that format (weight-only W4A16; see toolkit/export)
-    export: Literal["both", "packed", "dense", "none", "compressed-tensors", "gguf"] = "both"
-    # token embeddings + LM head: 16 keeps them float16 as OBR does; 8 or 4 rounds them to a grouped integer grid
-    # (in the model, so perplexity includes it, and in the packed file): most of a small model's packed bytes
-    embed_bits: Literal[4, 8, 16] = 16
-    embed_group: int = Field(64, gt=0)  # columns per scale of the embeddings / LM head
-    solve_dtype: Literal["float32", "float64"] = "float32"  # Hessian accumulation and solves
-    onload: bool = False  # one block in memory at a time, read from a local safetensors dir (_run_compress_onloaded)
-
-    @field_validator("w_bits", "a_bits", "kv_bits")
-    @classmethod
-    def _bits(cls, value: int) -> int:
-        if not (2 <= value <= 8 or value == 16):
-            raise ValueError(f"bits must be in 2..8 (or 16 = not quantized), got {value}")
-        return value
-
-    @field_validator("sparsity")
-    @classmethod
-    def _sparsity(cls, value: float) -> float:
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"sparsity must be in [0, 1), got {value}")
-        return value
-
-    @field_validator("nm")
-    @classmethod
-    def _nm(cls, value: str | None) -> str | None:
-        from toolkit.compress.masks import parse_nm
-
-        try:
-            parse_nm(value)
-        except Exception as exc:  # noqa: BLE001 - pydantic wants ValueError
-            raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("alpha", check_fields=False)
-    @classmethod
-    def _alpha(cls, value: float) -> float:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {value}")
-        return value
 
 
 def fingerprint(config: CompressConfig) -> str:
@@ -101,50 +32,14 @@ def _run_fingerprint(config: CompressConfig, model) -> str:
 
 
 def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
-    """(Ŵ, kept mask, WeightGrid or None) for one linear's weight W (out × in) and its raw Hessian."""
-    import torch
+    """(Ŵ, kept mask, WeightGrid or None) for one linear's weight W (out × in) and its raw Hessian, by the method
+    registered under `config.method` (toolkit/compress/methods/)."""
+    from toolkit.compress.job import LinearJob
+    from toolkit.compress.solvers import damp_hessian
 
-    from toolkit.compress.masks import (
-        magnitude_scores,
-        make_mask,
-        parse_nm,
-        wanda_scores,
-    )
-    from toolkit.compress.quant import fit_grid, quantize_rows
-    from toolkit.compress.solvers import activation_order, damp_hessian, gptq, sparsegpt, sparsegpt_then_gptq
-
-    nm = parse_nm(config.nm)
-    bits = config.w_bits
-    columns = W.shape[1]
-    actorder = getattr(config, "actorder", "none")  # only GPTQ and the two-stage baseline order their columns
-    order = activation_order(hessian_raw) if actorder != "none" and bits < 16 else None
-    group_order = order if actorder == "group" else None  # groups follow the activation order
-    needs_hessian = config.method in ("gptq", "sparsegpt", "obr", "sparsegpt-gptq")
-    hessian = damp_hessian(hessian_raw, percdamp) if needs_hessian else None
-    if config.method == "sparsegpt-gptq":
-        return sparsegpt_then_gptq(
-            W, hessian, bits, config.sparsity, nm, blocksize=config.blocksize, order=order,
-            refit=lambda pruned: fit_grid(pruned, bits, config.w_clip, config.group_size, group_order)
-            if bits < 16 else None)
-    grid = fit_grid(W, bits, config.w_clip, config.group_size, group_order) if bits < 16 else None
-    scale = grid.per_column(columns) if grid is not None else None
-    if config.method == "sparsegpt":
-        out, keep = sparsegpt(W, hessian, scale, bits, config.sparsity, nm, config.blocksize)
-        return out, keep, grid
-    if config.sparsity > 0 or nm:
-        scores = wanda_scores(W, torch.diag(hessian_raw) / 2) if config.mask == "wanda" else magnitude_scores(W)
-        keep = make_mask(scores, config.sparsity, nm)
-    else:
-        keep = torch.ones_like(W, dtype=torch.bool)
-    if config.method in ("rtn", "wanda"):
-        out = quantize_rows(W * keep, scale, bits) if scale is not None else W * keep
-        return out, keep, grid
-    if config.method == "gptq":
-        return gptq(W, hessian, scale, bits, mask=keep, blocksize=config.blocksize, order=order), keep, grid
-    from toolkit.compress.obr import obr_quantize
-
-    out = obr_quantize(W, hessian, keep, scale, bits, config.alpha, config.mode, config.blocksize, config.solver)
-    return out, keep, grid
+    method = registry("compress").get(config.method)
+    hessian = damp_hessian(hessian_raw, percdamp) if method.needs_hessian else None
+    return method.obj(LinearJob(W, hessian_raw, hessian, config))
 
 
 def _resolve_rotate(config: CompressConfig, adapter) -> bool:
@@ -203,7 +98,7 @@ def plan(config: CompressConfig, ctx) -> dict:
 
 def run_compress(config: CompressConfig, ctx) -> dict:
     from toolkit.compress.quant import activation_quant, kv_cache_quant
-    from toolkit.models.adapters import adapter_for, get_layers
+    from toolkit.models.adapters import ModelView, adapter_for, get_layers
     from toolkit.models.source import load_model
 
     if config.onload:
@@ -229,7 +124,7 @@ def run_compress(config: CompressConfig, ctx) -> dict:
         vocab_grids = round_vocab_matrices(model, adapter, config.embed_bits, config.embed_group)
     seconds = time.perf_counter() - started
     layers = get_layers(model, adapter)
-    block_linears = [f"{adapter.layers[0]}.{i}.{p}" for i in range(len(layers)) for p in adapter.block_linears()]
+    block_linears = ModelView(model, adapter).block_linear_paths()
     ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3), "rotated": rotate,
                         "linears": len(block_linears), "sparsity": round(kept, 4),
                         "calibration_windows": int(windows.shape[0]), "seqlen": int(windows.shape[1])})
@@ -257,11 +152,11 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
     from safetensors.torch import load_file, save_file
 
     from toolkit.linalg.hessian import HessianAccumulator
-    from toolkit.models.adapters import linear_weight, set_linear_weight
+    from toolkit.models.adapters import layers_path, linear_weight, set_linear_weight
     from toolkit.nn.pipeline import run_sequential
 
     dtype = getattr(torch, config.solve_dtype)
-    prefix = adapter.layers[0]
+    prefix = layers_path(model, adapter)
     scales: dict[str, torch.Tensor] = {}
     g_idx: dict[str, torch.Tensor] = {}
     counts = {"kept": 0, "total": 0}
@@ -323,14 +218,14 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
 
 def _solve_group(weights, H, config, dtype) -> list:
     """[(Ŵ, grid)] for the linears of one sequential group (they share the input, so H). GPTQ is row by row given H,
-    so for `gptq` the group's weights are stacked by rows and solved in one column loop (one damped Cholesky, one
+    so for methods registered with `stack_rows` (GPTQ) the group's weights are stacked by rows and solved in one column loop (one damped Cholesky, one
     H⁻¹ factor, a third of the loop iterations for q/k/v), then split back; the other methods choose masks over
     whole blocks of a linear (SparseGPT, the two-stage baseline) and run one linear at a time."""
     import torch
 
     from toolkit.compress.quant import WeightGrid
 
-    if config.method != "gptq" or len(weights) == 1:
+    if not registry("compress").get(config.method).meta.get("stack_rows") or len(weights) == 1:
         return [compress_linear(w.to(dtype), H, config, config.percdamp)[::2] for w in weights]
     rows = [weight.shape[0] for weight in weights]
     new, _, grid = compress_linear(torch.cat([weight.to(dtype) for weight in weights]), H, config, config.percdamp)

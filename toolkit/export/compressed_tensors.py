@@ -94,14 +94,14 @@ def quantization_config(q: QuantizedModel, ignore: list[str]) -> dict:
 
 def _folded_down_proj(q: QuantizedModel) -> dict[str, torch.Tensor]:
     """down_proj paths whose input the model rotates online → W·Q_intᵀ (float64 product, stored float32)."""
-    from toolkit.models.adapters import get_layers
+    from toolkit.models.adapters import get_layers, layers_path
 
     folded = {}
     for i, layer in enumerate(get_layers(q.model, q.adapter)):
         down = layer.get_submodule(q.adapter.mlp_down)
         online = getattr(down, "iclrkit_online_rotation", None)
         if online is not None:
-            folded[f"{q.adapter.layers[0]}.{i}.{q.adapter.mlp_down}"] = \
+            folded[f"{layers_path(q.model, q.adapter)}.{i}.{q.adapter.mlp_down}"] = \
                 (down.weight.data.double().cpu() @ online.matrix().t()).float()
     return folded
 

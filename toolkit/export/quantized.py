@@ -170,12 +170,12 @@ def from_packed(directory, provenance: dict | None = None) -> QuantizedModel:
 def quant_hooks(model, adapter, metadata: dict) -> contextlib.ExitStack:
     """Enter the activation / KV fake-quant hooks a compress run evaluated with (a no-op for weight-only runs)."""
     from toolkit.compress.quant import activation_quant, kv_cache_quant
-    from toolkit.models.adapters import get_layers
+    from toolkit.models.adapters import ModelView, get_layers
 
     a_bits, kv_bits = int(metadata.get("a_bits", 16)), int(metadata.get("kv_bits", 16))
     stack = contextlib.ExitStack()
     layers = get_layers(model, adapter)
-    linears = [f"{adapter.layers[0]}.{i}.{p}" for i in range(len(layers)) for p in adapter.block_linears()]
+    linears = ModelView(model, adapter).block_linear_paths()
     attention = [layer.get_submodule(adapter.attn_out.rsplit(".", 1)[0]) for layer in layers]
     stack.enter_context(activation_quant(model, linears, a_bits, float(metadata.get("a_clip_ratio", 1.0))))
     stack.enter_context(kv_cache_quant(model, attention, kv_bits, kv_bits, hadamard=bool(metadata.get("rotation"))))

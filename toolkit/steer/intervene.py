@@ -17,18 +17,10 @@ import torch
 
 from toolkit.core.errors import BadInputError, require
 from toolkit.core.tensorfile import load_tensors, save_tensors
-from toolkit.models.adapters import adapter_for, first_module
+from toolkit.models.adapters import layers_path
 from toolkit.nn.hooks import capture, edit_output
 
 OPERATORS = ("add", "ablate", "clip")
-
-
-def layers_path(model) -> str:
-    adapter = adapter_for(model)
-    for path in adapter.layers:
-        if first_module(model, (path,)) is not None:
-            return path
-    raise BadInputError(f"model has none of the block lists {adapter.layers}")
 
 
 def num_layers(model) -> int:

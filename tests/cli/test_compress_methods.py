@@ -1,0 +1,90 @@
+"""Compress methods come from the registry (a method = one file in toolkit/compress/methods/): the magnitude
+method added that way, and one compress run on every supported decoder family, Gemma3ForConditionalGeneration
+(blocks under model.language_model) included."""
+
+import json
+
+import pytest
+import torch
+
+from toolkit.core.registry import registry
+
+
+def test_every_registered_method_is_a_command(cli):
+    import toolkit.compress.config  # noqa: F401 - declares the methods package
+
+    names = registry("compress").names()
+    assert {"rtn", "gptq", "sparsegpt", "sparsegpt-gptq", "wanda", "obr", "magnitude"} <= set(names)
+    result = cli(["compress", "--help"])
+    for name in names:
+        assert name in result.stdout
+
+
+def test_magnitude_prunes_the_smallest_weights_of_each_row(cli, tiny_llama_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "mag"
+    result = cli(["compress", "magnitude", "-m", tiny_llama_dir, "-d", "embedded", "--nsamples", "2", "--seqlen",
+                  "16", "--sparsity", "0.5", "--no-rotate", "--set", "export=dense", "--out", out, "--json"])
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["metrics"]["method"] == "magnitude" and abs(record["metrics"]["sparsity"] - 0.5) < 0.02
+    before = load_file(str(tiny_llama_dir / "model.safetensors"))
+    after = load_file(str(out / "model" / "model.safetensors"))
+    name = "model.layers.0.mlp.down_proj.weight"
+    w, q = before[name], after[name]
+    kept = q != 0
+    assert torch.equal(q[kept], w[kept])  # float weights kept exactly (w_bits 16 by default)
+    for row in range(w.shape[0]):
+        assert w[row][kept[row]].abs().min() >= w[row][~kept[row]].abs().max()
+    assert (kept.sum(1) == w.shape[1] // 2).all()
+
+
+def _dir(model, tokenizer, path):
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _families(vocab):
+    import transformers as tf
+
+    kv = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              vocab_size=vocab, max_position_embeddings=128)
+    yield "gpt2", lambda: tf.GPT2LMHeadModel(tf.GPT2Config(n_positions=128, n_embd=32, n_layer=2, n_head=4,
+                                                           vocab_size=vocab))
+    yield "llama", lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**kv))
+    yield "mistral", lambda: tf.MistralForCausalLM(tf.MistralConfig(**kv))
+    yield "qwen2", lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**kv))
+    yield "qwen3", lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(head_dim=8, **kv))
+    yield "opt", lambda: tf.OPTForCausalLM(tf.OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+                                                        num_attention_heads=4, word_embed_proj_dim=32,
+                                                        max_position_embeddings=128, vocab_size=vocab))
+    yield "gpt_neox", lambda: tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(hidden_size=32, intermediate_size=64,
+                                                                     num_hidden_layers=2, num_attention_heads=4,
+                                                                     vocab_size=vocab))
+    yield "gemma3_text", lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(head_dim=8, **kv))
+
+    def conditional():
+        text = tf.Gemma3TextConfig(head_dim=8, **{**kv, "vocab_size": vocab + 3})
+        vision = tf.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                       num_attention_heads=2, image_size=28, patch_size=14)
+        return tf.Gemma3ForConditionalGeneration(tf.Gemma3Config(
+            text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
+            boi_token_index=vocab, eoi_token_index=vocab + 1, image_token_index=vocab + 2))
+
+    yield "gemma3", conditional
+
+
+@pytest.mark.parametrize("family", [name for name, _ in _families(8)])
+def test_compress_runs_on_every_family(cli, tiny_tokenizer, tmp_path, family):
+    torch.manual_seed(0)
+    build = dict(_families(len(tiny_tokenizer)))[family]
+    source = _dir(build().eval(), tiny_tokenizer, tmp_path / "src")
+    out = tmp_path / "out"
+    result = cli(["compress", "rtn", "-m", source, "-d", "embedded", "--nsamples", "2", "--seqlen", "16",
+                  "--w-bits", "4", "--no-rotate", "--set", "export=dense", "--out", out, "--json"])
+    assert result.exit_code == 0, result.stderr
+    metrics = json.loads(result.stdout)["metrics"]
+    assert metrics["linears"] > 0
+    assert (out / "model" / "config.json").exists()

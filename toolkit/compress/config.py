@@ -1,0 +1,160 @@
+"""The configs of every compression method (torch-free: the CLI builds each command's options from their fields).
+
+Every method shares CompressConfig's knobs, so one recipe compares methods fairly; a method adds only its own.
+The methods themselves are registered in toolkit/compress/methods/.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.fields import data_field, model_field
+from toolkit.core.registry import declare
+
+declare("compress", "toolkit.compress.methods")  # every module there registers its method(s)
+
+# the config fields every compress command offers as flags (a method adds its own, e.g. OBR's alpha and mode)
+BASE_FLAGS = ["model", "data", "eval_data", "w_bits", "a_bits", "kv_bits", "sparsity", "nm", "group_size",
+              "nsamples", "seqlen", "rotate"]
+
+
+class CompressConfig(BaseConfig):
+    """Knobs every method shares, so one recipe compares methods fairly."""
+
+    model: str = model_field()
+    data: str | None = data_field(description="Calibration text: .txt, .jsonl[:field], 'embedded', or a hub "
+                                              "dataset id.")
+    eval_data: str | None = Field(None, description="Text for perplexity after compression (skipped when absent).")
+    method: str = "rtn"  # the registered method (toolkit/compress/methods/); each command sets its own
+    w_bits: int = Field(4, description="Weight bits (2-8; 16 = float), symmetric.")
+    # a ragged last group when in_features is not a multiple
+    group_size: int | None = Field(None, gt=0, description="Input columns per weight scale (e.g. 32, 64, 128); "
+                                                            "omit for one scale per output channel.")
+    # lm_head stays 16-bit; simulated on CPU
+    a_bits: int = Field(16, description="Activation bits, per token, for every block linear (2-8; 16 = off).")
+    kv_bits: int = Field(16, description="KV-cache bits (K after RoPE, V) (2-8; 16 = off).")
+    sparsity: float = Field(0.0, description="Unstructured sparsity per output row, [0, 1).")
+    nm: str | None = Field(None, description="N:M structured sparsity, e.g. 2:4 or 4:8 (overrides --sparsity).")
+    nsamples: int = Field(128, gt=0, description="Calibration windows.")
+    seqlen: int = Field(2048, gt=1, description="Tokens per calibration window (capped at the model's context).")
+    percdamp: float = Field(0.01, ge=0)  # Hessian damping, as a share of mean(diag H); escalates ×10 on failure
+    blocksize: int = Field(128, gt=0)  # GPTQ/SparseGPT lazy-batch width
+    w_clip: bool = True  # MSE clip search for the weight scales (grid 100, max shrink 0.8, norm 2.4)
+    a_clip_ratio: float = Field(1.0, gt=0, le=1)
+    rotate: bool | None = Field(None, description="QuaRot rotation (default: on for RMSNorm models, off with a "
+                                                  "note otherwise).")
+    rotation_seed: int = 0
+    eval_max_length: int = Field(2048, gt=1)
+    eval_windows: int | None = Field(None, gt=0)
+    # compressed-tensors / gguf: packed/ plus that format (weight-only W4A16; see toolkit/export)
+    export: Literal["both", "packed", "dense", "none", "compressed-tensors", "gguf"] = "both"
+    # token embeddings + LM head: 16 keeps them float16 as OBR does; 8 or 4 rounds them to a grouped integer grid
+    # (in the model, so perplexity includes it, and in the packed file): most of a small model's packed bytes
+    embed_bits: Literal[4, 8, 16] = 16
+    embed_group: int = Field(64, gt=0)  # columns per scale of the embeddings / LM head
+    solve_dtype: Literal["float32", "float64"] = "float32"  # Hessian accumulation and solves
+    onload: bool = False  # one block in memory at a time, read from a local safetensors dir (_run_compress_onloaded)
+
+    @field_validator("w_bits", "a_bits", "kv_bits")
+    @classmethod
+    def _bits(cls, value: int) -> int:
+        if not (2 <= value <= 8 or value == 16):
+            raise ValueError(f"bits must be in 2..8 (or 16 = not quantized), got {value}")
+        return value
+
+    @field_validator("sparsity")
+    @classmethod
+    def _sparsity(cls, value: float) -> float:
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"sparsity must be in [0, 1), got {value}")
+        return value
+
+    @field_validator("nm")
+    @classmethod
+    def _nm(cls, value: str | None) -> str | None:
+        from toolkit.compress.masks import parse_nm
+
+        try:
+            parse_nm(value)
+        except Exception as exc:  # noqa: BLE001 - pydantic wants ValueError
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("alpha", check_fields=False)
+    @classmethod
+    def _alpha(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {value}")
+        return value
+
+
+ActOrder = Literal["none", "static", "weight", "group"]
+
+
+class _Ordered(CompressConfig):
+    actorder: ActOrder = Field("static", description="GPTQ column order: static (default, measured on SmolLM2: "
+                                                     "decreasing Hessian diagonal) | weight (= static) | group "
+                                                     "(groups follow the order; needs --group-size) | none.")
+
+    @model_validator(mode="after")
+    def _group_needs_groups(self):
+        if self.actorder == "group" and self.group_size is None:
+            raise ValueError("actorder=group needs grouped scales: set --group-size (e.g. 128)")
+        return self
+
+
+class RtnConfig(CompressConfig):
+    """`iclrkit compress rtn`: per-channel symmetric round-to-nearest; with --sparsity, magnitude mask first."""
+
+    method: Literal["rtn"] = "rtn"
+    mask: Literal["magnitude", "wanda"] = "magnitude"
+
+
+class GptqConfig(_Ordered):
+    """`iclrkit compress gptq`: GPTQ (blocksize 128, 1% damping, activation ordering); with --sparsity, a fixed mask
+    first."""
+
+    method: Literal["gptq"] = "gptq"
+    mask: Literal["magnitude", "wanda"] = "magnitude"
+
+
+class SparsegptConfig(CompressConfig):
+    """`iclrkit compress sparsegpt`: SparseGPT 50% with joint GPTQ quantization (the paper's baseline)."""
+
+    method: Literal["sparsegpt"] = "sparsegpt"
+    sparsity: float = 0.5
+
+
+class WandaConfig(CompressConfig):
+    """`iclrkit compress wanda`: Wanda mask (|W|·‖x‖) then RTN."""
+
+    method: Literal["wanda"] = "wanda"
+    sparsity: float = 0.5
+    mask: Literal["wanda"] = "wanda"
+
+
+class SparsegptGptqConfig(_Ordered):
+    """`iclrkit compress sparsegpt-gptq`: the two-stage baseline, SparseGPT 50% → refit scales → GPTQ (mask kept)."""
+
+    method: Literal["sparsegpt-gptq"] = "sparsegpt-gptq"
+    sparsity: float = 0.5
+
+
+class ObrConfig(CompressConfig):
+    """`iclrkit compress obr`: defaults are the paper's W4A4KV4 + 50% unstructured recipe (QuaRot rotation,
+    Wanda mask, α = 0.5, OBR_GPTQ, 128 calibration windows of 2048 tokens, 1% damping)."""
+
+    method: Literal["obr"] = "obr"
+    sparsity: float = 0.5
+    a_bits: int = 4
+    kv_bits: int = 4
+    mask: Literal["wanda", "magnitude"] = "wanda"
+    alpha: float = Field(0.5, description="Share of input columns (by position) whose quantization error is "
+                                          "compensated in closed form, [0, 1].")
+    mode: Literal["gptq", "rtn"] = Field("gptq", description="Final quantizer: gptq (OBR_GPTQ) | rtn (OBR_RTN).")
+    # how the per-row systems H_RR x = b are solved: batched preconditioned conjugate gradients (one GEMM per
+    # iteration for all rows, to a 1e-4 relative residual in float32) or an exact batched Cholesky per row
+    solver: Literal["cg", "cholesky"] = "cg"

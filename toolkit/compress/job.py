@@ -1,0 +1,65 @@
+"""One linear's compression job, handed to the registered method (toolkit/compress/methods/): its weight, raw and
+damped Hessian, the config, and the pieces several methods share (activation order, weight grid, mask), each
+computed only when a method asks for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+
+@dataclass
+class LinearJob:
+    W: Any  # (out, in) weight in the solve dtype
+    hessian_raw: Any  # 2/n Σ x xᵀ over the calibration tokens (undamped)
+    hessian: Any  # damped (solvers.damp_hessian) when the method needs_hessian, else None
+    config: Any
+
+    @property
+    def bits(self) -> int:
+        return self.config.w_bits
+
+    @cached_property
+    def order(self):
+        """Activation order (GPTQ and the two-stage baseline: configs with `actorder`), or None."""
+        from toolkit.compress.solvers import activation_order
+
+        actorder = getattr(self.config, "actorder", "none")
+        return activation_order(self.hessian_raw) if actorder != "none" and self.bits < 16 else None
+
+    @property
+    def group_order(self):
+        return self.order if getattr(self.config, "actorder", "none") == "group" else None
+
+    def fit_grid(self, weights=None):
+        """The weight grid fitted on `weights` (default: the dense W), or None for float weights."""
+        from toolkit.compress.quant import fit_grid
+
+        if self.bits >= 16:
+            return None
+        return fit_grid(self.W if weights is None else weights, self.bits, self.config.w_clip,
+                        self.config.group_size, self.group_order)
+
+    @cached_property
+    def grid(self):
+        return self.fit_grid()
+
+    @property
+    def scale(self):
+        """The grid's scale per column (what the solvers take), or None."""
+        return self.grid.per_column(self.W.shape[1]) if self.grid is not None else None
+
+    @cached_property
+    def mask(self):
+        """Kept entries: the config's mask (magnitude or Wanda scores) at its sparsity / N:M, or all ones."""
+        import torch
+
+        from toolkit.compress.masks import magnitude_scores, make_mask, parse_nm, wanda_scores
+
+        nm = parse_nm(self.config.nm)
+        if self.config.sparsity > 0 or nm:
+            scores = (wanda_scores(self.W, torch.diag(self.hessian_raw) / 2) if self.config.mask == "wanda"
+                      else magnitude_scores(self.W))
+            return make_mask(scores, self.config.sparsity, nm)
+        return torch.ones_like(self.W, dtype=torch.bool)

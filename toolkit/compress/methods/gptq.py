@@ -1,0 +1,16 @@
+"""GPTQ (Frantar et al., ICLR 2023) with activation ordering, after an optional fixed mask."""
+
+from toolkit.compress.config import BASE_FLAGS, GptqConfig
+from toolkit.core.registry import register
+
+
+@register("compress", "gptq", config=GptqConfig, needs_hessian=True, stack_rows=True,
+          flags=[*BASE_FLAGS, "actorder"],
+          help="GPTQ weight quantization on the same pipeline (activation ordering on); --sparsity adds a fixed "
+               "mask.")
+def gptq(job):
+    from toolkit.compress.solvers import gptq as solve
+
+    keep = job.mask
+    return solve(job.W, job.hessian, job.scale, job.bits, mask=keep, blocksize=job.config.blocksize,
+                 order=job.order), keep, job.grid

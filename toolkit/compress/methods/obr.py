@@ -1,0 +1,16 @@
+"""OBR: Optimal Brain Restoration (joint quantization + sparsity; the math is toolkit/compress/obr.py)."""
+
+from toolkit.compress.config import BASE_FLAGS, ObrConfig
+from toolkit.core.registry import register
+
+
+@register("compress", "obr", config=ObrConfig, needs_hessian=True, flags=[*BASE_FLAGS, "alpha", "mode"],
+          paper="https://arxiv.org/abs/2509.11177",
+          help="OBR: Optimal Brain Restoration (W4A4KV4 + 50% sparsity by default).")
+def obr(job):
+    from toolkit.compress.obr import obr_quantize
+
+    config, keep = job.config, job.mask
+    out = obr_quantize(job.W, job.hessian, keep, job.scale, job.bits, config.alpha, config.mode, config.blocksize,
+                       config.solver)
+    return out, keep, job.grid

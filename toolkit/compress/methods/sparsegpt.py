@@ -1,0 +1,29 @@
+"""SparseGPT with joint GPTQ quantization (one pass, the paper's form) and the two-stage SparseGPT → GPTQ."""
+
+from toolkit.compress.config import BASE_FLAGS, SparsegptConfig, SparsegptGptqConfig
+from toolkit.core.registry import register
+
+
+@register("compress", "sparsegpt", config=SparsegptConfig, needs_hessian=True, flags=BASE_FLAGS,
+          help="SparseGPT pruning with joint GPTQ quantization, one pass (50% by default).")
+def sparsegpt(job):
+    from toolkit.compress.masks import parse_nm
+    from toolkit.compress.solvers import sparsegpt as solve
+
+    config = job.config
+    out, keep = solve(job.W, job.hessian, job.scale, job.bits, config.sparsity, parse_nm(config.nm),
+                      config.blocksize)
+    return out, keep, job.grid
+
+
+@register("compress", "sparsegpt-gptq", config=SparsegptGptqConfig, needs_hessian=True,
+          flags=[*BASE_FLAGS, "actorder"],
+          help="Two-stage baseline: SparseGPT pruning (50% by default), scales refit on the sparse weights, then "
+               "GPTQ keeping the mask (llm-compressor's SparseGPT -> GPTQ).")
+def sparsegpt_gptq(job):
+    from toolkit.compress.masks import parse_nm
+    from toolkit.compress.solvers import sparsegpt_then_gptq
+
+    config = job.config
+    return sparsegpt_then_gptq(job.W, job.hessian, job.bits, config.sparsity, parse_nm(config.nm),
+                               blocksize=config.blocksize, order=job.order, refit=job.fit_grid)
