@@ -83,11 +83,31 @@ def bn_affine(s: torch.Tensor, alpha: torch.Tensor, bn: nn.BatchNorm2d) -> torch
     return (s * alpha.view(shape) - bn.running_mean.view(shape)) * scale.view(shape) + bn.bias.view(shape)
 
 
+def channel_shortcut(r: torch.Tensor, cout: int) -> torch.Tensor:
+    """Parameter-free real-valued shortcut from cin to cout channels: identity (cin = cout), channel duplication
+    (cout = 2 cin) or the mean of the two channel halves (cin = 2 cout; for a fuse block: (up + skip) / 2)."""
+    cin = r.shape[1]
+    if cin == cout:
+        return r
+    if cout == 2 * cin:
+        return torch.cat([r, r], 1)
+    if cin == 2 * cout:
+        return (r[:, :cout] + r[:, cout:]) / 2
+    raise BadInputError(f"no parameter-free shortcut from {cin} to {cout} channels")
+
+
 class QuantBlock(nn.Module):
     """3x3 conv (no bias) -> BatchNorm -> activation. Quantized: weights q·alpha (STE), sign activation, inputs ±1.
-    Float (fp32 variant): plain conv -> BN -> ReLU. `segments` records the channel groups of a concatenated input."""
+    Float (fp32 variant): plain conv -> BN -> ReLU. `segments` records the channel groups of a concatenated input.
 
-    def __init__(self, cin: int, cout: int, quantized: bool, segments: list[int] | None = None):
+    shortcut (Bi-Real Net, Liu et al. 2018): the block takes and returns the real-valued stream r; it binarises its
+    own input, sign(r - beta), and adds r (`channel_shortcut`) to the BN output: r' = BN(conv(sign(r))) + r.
+    learnable (ReActNet, Liu et al. 2020; needs shortcut): RSign's per-channel threshold beta before the sign and
+    RPReLU(x) = PReLU(x - gamma) + zeta on the block output, all learned. `binary_act` False (stage 1 of two-stage
+    training) replaces the activation sign by hardtanh in training; eval always uses the sign."""
+
+    def __init__(self, cin: int, cout: int, quantized: bool, segments: list[int] | None = None,
+                 shortcut: bool = False, learnable: bool = False):
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(cout)
@@ -95,31 +115,62 @@ class QuantBlock(nn.Module):
         self.mask_ratio = 0.0
         self.mask_rule = "ratio"
         self.segments = segments or [cin]
+        self.shortcut = shortcut and quantized
+        self.learnable = learnable and self.shortcut
+        self.binary_act = True
+        if self.learnable:
+            self.beta = nn.Parameter(torch.zeros(1, cin, 1, 1))
+            self.rp_gamma = nn.Parameter(torch.zeros(1, cout, 1, 1))
+            self.rp_slope = nn.Parameter(torch.full((1, cout, 1, 1), 0.25))
+            self.rp_zeta = nn.Parameter(torch.zeros(1, cout, 1, 1))
 
     def integer_weight(self) -> tuple[torch.Tensor, torch.Tensor]:
         return quantize_weight(self.conv.weight, self.mask_ratio, self.mask_rule)
+
+    def _activate(self, z: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return sign(z)
+        return SignSTE.apply(z) if self.binary_act else F.hardtanh(z)
+
+    def sign_input(self, r: torch.Tensor) -> torch.Tensor:
+        """The real stream before the sign: r - beta (RSign) or r."""
+        return r - self.beta if self.learnable else r
+
+    def tail(self, y: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        """Real-stream output from the BN output y and the block input r (the same float ops run in packed
+        inference, which is what keeps it bit-exact)."""
+        out = y + channel_shortcut(r, self.conv.out_channels)
+        if self.learnable:
+            out = out - self.rp_gamma
+            out = torch.where(out >= 0, out, out * self.rp_slope) + self.rp_zeta
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.quantized:
             return F.relu(self.bn(self.conv(x)))
         w = self.conv.weight
         q, alpha = self.integer_weight()
+        a = self._activate(self.sign_input(x)) if self.shortcut else x
         if not self.training:
-            s = F.conv2d(x, q, padding=1).round()  # exact integers whatever algorithm conv2d picks
-            return sign(bn_affine(s, alpha.detach(), self.bn))
+            s = F.conv2d(a, q, padding=1).round()  # exact integers whatever algorithm conv2d picks
+            y = bn_affine(s, alpha.detach(), self.bn)
+            return self.tail(y, x) if self.shortcut else sign(y)
         scale = alpha.detach().view(-1, 1, 1, 1)
         q_ste = w / scale + (q - w / scale).detach()
-        return SignSTE.apply(self.bn(F.conv2d(x, q_ste, padding=1) * alpha.view(1, -1, 1, 1)))
+        y = self.bn(F.conv2d(a, q_ste, padding=1) * alpha.view(1, -1, 1, 1))
+        return self.tail(y, x) if self.shortcut else self._activate(y)
 
 
 class StemBlock(nn.Module):
     """Full-precision first conv (RGB in) -> BN -> sign (binary variants) or ReLU (fp32)."""
 
-    def __init__(self, cout: int, binary_out: bool):
+    def __init__(self, cout: int, binary_out: bool, real_out: bool = False):
         super().__init__()
         self.conv = nn.Conv2d(3, cout, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(cout)
         self.binary_out = binary_out
+        self.real_out = real_out  # shortcut networks: the real-valued stream starts here
+        self.binary_act = True
 
     def pre_activation(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn(self.conv(x))
@@ -128,7 +179,11 @@ class StemBlock(nn.Module):
         y = self.pre_activation(x)
         if not self.binary_out:
             return F.relu(y)
-        return SignSTE.apply(y) if self.training else sign(y)
+        if self.real_out:
+            return y
+        if not self.training:
+            return sign(y)
+        return SignSTE.apply(y) if self.binary_act else F.hardtanh(y)
 
 
 class UNet(nn.Module):
@@ -136,7 +191,7 @@ class UNet(nn.Module):
     fuse{i}; their `mask_ratio` is 0 (binary) unless cost-aware masking gives them zeros."""
 
     def __init__(self, width: int = 16, depth: int = 3, num_classes: int = 4, variant: str = "masked",
-                 mask_rule: str = "ratio"):
+                 mask_rule: str = "ratio", shortcut: bool = False, learnable: bool = False):
         super().__init__()
         if variant not in VARIANTS:
             raise BadInputError(f"unknown variant '{variant}'", f"use one of {', '.join(VARIANTS)}")
@@ -145,15 +200,21 @@ class UNet(nn.Module):
         self.width, self.depth, self.num_classes, self.variant = width, depth, num_classes, variant
         self.mask_rule = mask_rule
         quant = variant != "fp32"
+        if learnable and not shortcut:
+            raise BadInputError("learnable thresholds (RSign/RPReLU) act on the real-valued stream",
+                                "use them with shortcut")
+        self.shortcut, self.learnable = shortcut and quant, learnable and quant
         ch = [width * 2**i for i in range(depth + 1)]
-        self.stem = StemBlock(ch[0], binary_out=quant)
+        self.stem = StemBlock(ch[0], binary_out=quant, real_out=self.shortcut)
+        extra = {"shortcut": self.shortcut, "learnable": self.learnable}
         self.enc = nn.ModuleList()
         for i in range(depth + 1):
             cin = ch[0] if i == 0 else ch[i - 1]
-            blocks = [QuantBlock(cin, ch[i], quant)] + ([QuantBlock(ch[i], ch[i], quant)] if i > 0 else [])
+            blocks = [QuantBlock(cin, ch[i], quant, **extra)] + ([QuantBlock(ch[i], ch[i], quant, **extra)]
+                                                                 if i > 0 else [])
             self.enc.append(nn.Sequential(*blocks))
-        self.up = nn.ModuleList(QuantBlock(ch[i + 1], ch[i], quant) for i in reversed(range(depth)))
-        self.fuse = nn.ModuleList(QuantBlock(2 * ch[i], ch[i], quant, segments=[ch[i], ch[i]])
+        self.up = nn.ModuleList(QuantBlock(ch[i + 1], ch[i], quant, **extra) for i in reversed(range(depth)))
+        self.fuse = nn.ModuleList(QuantBlock(2 * ch[i], ch[i], quant, segments=[ch[i], ch[i]], **extra)
                                   for i in reversed(range(depth)))
         self.head = nn.Conv2d(ch[0], num_classes, 1)
         for block in self.quant_blocks().values():
@@ -176,6 +237,12 @@ class UNet(nn.Module):
         """Quantized blocks in execution order, named as in the state dict."""
         return {name: m for name, m in self.named_modules() if isinstance(m, QuantBlock) and m.quantized}
 
+    def set_binary_activations(self, on: bool) -> None:
+        """Two-stage training: stage 1 (off) trains binary weights with real (hardtanh) activations."""
+        self.stem.binary_act = on
+        for block in self.quant_blocks().values():
+            block.binary_act = on
+
     def mask_ratios(self) -> dict[str, float]:
         return {name: block.mask_ratio for name, block in self.quant_blocks().items()}
 
@@ -190,7 +257,8 @@ class UNet(nn.Module):
 
     def arch(self) -> dict:
         return {"width": self.width, "depth": self.depth, "num_classes": self.num_classes, "variant": self.variant,
-                "mask_rule": self.mask_rule, "mask_ratios": self.mask_ratios()}
+                "mask_rule": self.mask_rule, "mask_ratios": self.mask_ratios(), "shortcut": self.shortcut,
+                "learnable": self.learnable}
 
 
 @torch.no_grad()
@@ -233,7 +301,8 @@ def load_model(path: str | Path) -> tuple[UNet, dict]:
                             "train one with `iclrkit segment mbunet train`")
     try:
         arch = json.loads((path / ARCH_FILE).read_text())
-        model = UNet(arch["width"], arch["depth"], arch["num_classes"], arch["variant"], arch.get("mask_rule", "ratio"))
+        model = UNet(arch["width"], arch["depth"], arch["num_classes"], arch["variant"], arch.get("mask_rule", "ratio"),
+                     bool(arch.get("shortcut", False)), bool(arch.get("learnable", False)))
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise BadInputError(f"malformed {path / ARCH_FILE}: {exc}") from None
     model.load_state_dict(load_file(str(path / WEIGHTS_FILE)))

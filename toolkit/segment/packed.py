@@ -33,6 +33,7 @@ class PackedLayer:
     flip: torch.Tensor  # bool [O]
     binary: bool  # no zero weights: the one-plane kernel path
     segments: list[int]
+    block: QuantBlock | None = None  # shortcut networks: the float block whose BN/shortcut tail follows the sums
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return kernels.ternary_conv2d_sign(x, self.pos, self.neg, self.threshold, self.flip, stride=1, padding=1,
@@ -44,7 +45,8 @@ class PackedLayer:
     def to(self, device: str | torch.device) -> PackedLayer:
         """The layer's planes and thresholds on `device`, moved once (the op of that device runs them)."""
         return PackedLayer(self.pos.to(device), self.neg.to(device), self.threshold.to(device),
-                           self.flip.to(device), self.binary, self.segments)
+                           self.flip.to(device), self.binary, self.segments,
+                           None if self.block is None else self.block.to(device))
 
 
 @torch.no_grad()
@@ -115,8 +117,35 @@ class PackedUNet:
 
     @torch.no_grad()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.arch.get("shortcut"):
+            return self.head(self.real_stream(x))
         bits = self.features(x)
         return self.head(kernels.unpack_sign(bits, [self.arch["width"]]))
+
+    @torch.no_grad()
+    def real_stream(self, x: torch.Tensor) -> torch.Tensor:
+        """Shortcut (Bi-Real / ReActNet) networks: every layer packs the sign of its real input (per segment),
+        the packed kernel gives the integer sums, and the block's own float tail (BN, shortcut, RPReLU) gives the
+        next real input, the same float ops as the float model's eval forward."""
+        def layer(name, r):
+            packed = self.layers[name]
+            z = packed.block.sign_input(r)
+            bits = torch.cat([kernels.pack_sign(part.contiguous()) for part in z.split(packed.segments, 1)], -1)
+            s = packed.sums(bits).permute(0, 3, 1, 2).float().contiguous()  # NCHW like the float model
+            return packed.block.tail(bn_affine(s, packed.block.integer_weight()[1], packed.block.bn), r)
+
+        r = self.stem.pre_activation(x)
+        skips = []
+        for i in range(self.depth + 1):
+            if i > 0:
+                r = F.max_pool2d(r, 2)
+            for j in range(1 if i == 0 else 2):
+                r = layer(f"enc.{i}.{j}", r)
+            skips.append(r)
+        for k, skip in enumerate(reversed(skips[:-1])):
+            r = layer(f"up.{k}", F.interpolate(r, scale_factor=2, mode="nearest"))
+            r = layer(f"fuse.{k}", torch.cat([r, skip], 1))
+        return r
 
 
 def convert(model: UNet) -> PackedUNet:
@@ -124,6 +153,9 @@ def convert(model: UNet) -> PackedUNet:
         raise BadInputError("an fp32 model has no binary layers to pack", "train with --variant masked or binary")
     model = model.eval()
     layers = {name: pack_block(block) for name, block in model.quant_blocks().items()}
+    if model.shortcut:
+        for name, block in model.quant_blocks().items():
+            layers[name].block = block
     return PackedUNet(model.stem, layers, model.head, model.arch())
 
 
@@ -143,6 +175,9 @@ def save_packed(packed: PackedUNet, out: Path, extra: dict | None = None) -> dic
     stem and head) + mbunet.json. Returns the stored byte counts."""
     from safetensors.torch import save_file
 
+    if packed.arch.get("shortcut"):
+        raise BadInputError("saving a packed shortcut (Bi-Real/ReActNet) MBU-Net is not implemented",
+                            "run it in memory: toolkit.segment.packed.convert(model)")
     tensors: dict[str, torch.Tensor] = {}
     layer_meta = {}
     for name, layer in packed.layers.items():

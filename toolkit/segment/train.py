@@ -33,10 +33,20 @@ def augment(images: torch.Tensor, masks: torch.Tensor, generator: torch.Generato
     return images, masks
 
 
+def distill_loss(logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Per-pixel KL(teacher || student) of the temperature-softened class distributions, times T^2 (Hinton)."""
+    t = F.log_softmax(teacher_logits / temperature, 1)
+    s = F.log_softmax(logits / temperature, 1)
+    return (t.exp() * (t - s)).sum(1).mean() * temperature**2
+
+
 def train_steps(model: UNet, images: torch.Tensor, masks: torch.Tensor, steps: int, batch_size: int, lr: float,
                 seed: int, device: str = "cpu", progress=None, start: int = 0, total: int | None = None,
-                optimizer: torch.optim.Optimizer | None = None) -> tuple[list[float], torch.optim.Optimizer]:
-    """Adam with a cosine learning-rate schedule over `total` steps (this call runs steps start..start+steps)."""
+                optimizer: torch.optim.Optimizer | None = None, stage1_steps: int = 0, teacher: UNet | None = None,
+                distill: float = 0.0, distill_temperature: float = 1.0) -> tuple[list[float], torch.optim.Optimizer]:
+    """Adam with a cosine learning-rate schedule over `total` steps (this call runs steps start..start+steps).
+    Steps before `stage1_steps` train binary weights with real activations (two-stage training); with a
+    `teacher`, the loss is (1 - distill) CE + distill KD."""
     total = total or steps
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed + start)
@@ -48,13 +58,22 @@ def train_steps(model: UNet, images: torch.Tensor, masks: torch.Tensor, steps: i
             group["lr"] = lr * cosine_steps(step, total)
         idx = torch.randint(0, len(images), (min(batch_size, len(images)),), generator=generator)
         x, y = augment(images[idx], masks[idx], generator)
-        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        if stage1_steps:
+            model.set_binary_activations(step >= stage1_steps)
+        logits = model(x.to(device))
+        loss = F.cross_entropy(logits, y.to(device))
+        if teacher is not None and distill > 0:
+            with torch.no_grad():
+                teacher_logits = teacher(x.to(device))
+            loss = (1 - distill) * loss + distill * distill_loss(logits, teacher_logits, distill_temperature)
         if not torch.isfinite(loss):
             raise RunError(f"training diverged at step {step} (loss {loss.item()})", "lower lr")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+    if stage1_steps:
+        model.set_binary_activations(True)
     return losses, optimizer
 
 
@@ -84,6 +103,13 @@ class MBUNetTrainConfig(BaseConfig):
     mask_candidates: list[float] = [0.3, 0.5, 0.7]  # probe search: masks tried per layer
     mask_ratios: dict[str, float] | None = None  # fixed ratios per layer: skips the search
     probe_images: int = Field(32, ge=1)  # training images the search scores gains on
+    # issue 30 levers (binary variants; off by default)
+    shortcut: bool = False  # Bi-Real: real-valued identity shortcut around every binary conv
+    learnable: bool = False  # ReActNet: learnable RSign threshold before each sign + RPReLU (needs shortcut)
+    two_stage: float = Field(0.0, ge=0, lt=1)  # share of steps trained with real activations first (stage 1)
+    distill: float = Field(0.0, ge=0, le=1)  # weight of KD from an fp32 teacher: (1 - d) CE + d KD
+    distill_temperature: float = Field(1.0, gt=0)
+    teacher: str | None = None  # trained fp32 MBU-Net directory; default with distill > 0: train one here first
 
     @model_validator(mode="after")
     def _check(self):
@@ -94,6 +120,8 @@ class MBUNetTrainConfig(BaseConfig):
             raise ValueError("mask ratios must lie in [0, 1)")
         if self.mask_rule == "threshold" and any(not 0 <= r < 3 for r in masks):
             raise ValueError("TWN threshold factors must lie in [0, 3)")
+        if self.learnable and not self.shortcut:
+            raise ValueError("learnable (RSign/RPReLU) needs shortcut")
         return self
 
 
@@ -102,11 +130,27 @@ def train(config: MBUNetTrainConfig, ctx) -> dict:
 
     data = load_dataset(config.data, config.size, config.num_classes, config.n_images, ctx.seed)
     train_set, val_set = split(data, config.val_fraction, ctx.seed)
-    model = UNet(config.width, config.depth, data.num_classes, config.variant, config.mask_rule).to(ctx.device)
+    model = UNet(config.width, config.depth, data.num_classes, config.variant, config.mask_rule, config.shortcut,
+                 config.learnable).to(ctx.device)
     costs = layer_bitops(model, config.size) if config.variant != "fp32" else {}
     progress = ctx.progress
     fit = {"batch_size": config.batch_size, "lr": config.lr, "seed": ctx.seed, "device": ctx.device,
            "progress": progress, "total": config.steps}
+    teacher_miou = None
+    if config.variant != "fp32":
+        if config.distill > 0:
+            if config.teacher:
+                from toolkit.segment.mbunet import load_model
+
+                teacher = load_model(config.teacher)[0].to(ctx.device)
+            else:
+                teacher = UNet(config.width, config.depth, data.num_classes, "fp32").to(ctx.device)
+                train_steps(teacher, train_set.images, train_set.masks, config.steps, start=0, **fit)
+            teacher.eval()
+            teacher_miou = mean_iou(iou_per_class(predict(teacher, val_set.images, device=ctx.device),
+                                                  val_set.masks, data.num_classes))
+            fit.update(teacher=teacher, distill=config.distill, distill_temperature=config.distill_temperature)
+        fit["stage1_steps"] = int(config.two_stage * config.steps)
     gains: dict = {}
     if config.variant == "masked":
         probing = config.mask_ratios is None and config.mask_search == "probe"
@@ -143,6 +187,8 @@ def train(config: MBUNetTrainConfig, ctx) -> dict:
         "zero_fraction": zero_fractions(model),
         "bitops_vs_binary": total_bitops(costs, model.mask_ratios()) / binary_ops if binary_ops else None,
         "train_images": len(train_set.images), "val_images": len(val_set.images),
+        "levers": {"shortcut": config.shortcut, "learnable": config.learnable, "two_stage": config.two_stage,
+                   "distill": config.distill, "teacher_miou": teacher_miou},
     }
     if config.variant == "masked":
         (ctx.path("mask_search.json")).write_text(json.dumps(
