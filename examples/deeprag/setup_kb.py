@@ -72,6 +72,8 @@ def main() -> None:
                         "asks of the base model: decomposition demonstrations under the few-shot decomposition "
                         "prompt, known facts in the in-chain format, reading under the [No related Info] rule")
     parser.add_argument("--decompositions", type=int, default=1500)
+    parser.add_argument("--init-from", help="a setup directory this script wrote with the same arguments: continue "
+                        "pretraining its base model for --epochs more epochs (fresh warm-up and cosine schedule)")
     parser.add_argument("--bucket", type=int, default=0, help="batch examples of similar length (windows of N "
                         "batches): less padding, less CPU; 0 = plain shuffling as in earlier rounds")
     parser.add_argument("--reader", type=int, default=2000)
@@ -125,16 +127,24 @@ def main() -> None:
                                                     "instruction": KB_INSTRUCTION}, indent=2) + "\n")
     vocab_text = "\n\n".join(texts + [INSTRUCTION, KB_DECOMPOSE_INSTRUCTION, READER_PROMPT, FINAL, render_context(["x"])] + [f.statement for f in kb.facts]
                              + [q["question"] for q in kb.questions] + [f"{f.subquery} {f.object}" for f in kb.facts])
-    tokenizer = train_tokenizer(vocab_text, vocab_size=600)
-    # Every entity is one token, so a fact is a one-token association and reading is one-token copying: learnable
-    # by a 1M-parameter model in a few minutes of CPU.
-    tokenizer.add_tokens(sorted(kb_names | {name for names in pools.values() for name in names}))
-    tokenizer.add_tokens([FOLLOW, INTERMEDIATE, SEARCH, FINAL, "<answer short>", "</answer short>", "Context:", NO_INFO])
-    from transformers import GPT2Config, GPT2LMHeadModel
+    if args.init_from:  # continue pretraining an earlier base of this setup (same texts, same tokenizer)
+        from transformers import AutoTokenizer, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=128, n_layer=4, n_head=4,
-                        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-    model = GPT2LMHeadModel(config)
+        tokenizer = AutoTokenizer.from_pretrained(Path(args.init_from) / "base")
+        model = GPT2LMHeadModel.from_pretrained(Path(args.init_from) / "base")
+        earlier_steps = json.loads((Path(args.init_from) / "setup.json").read_text())["pretrain_steps"]
+    else:
+        earlier_steps = 0
+        tokenizer = train_tokenizer(vocab_text, vocab_size=600)
+        # Every entity is one token, so a fact is a one-token association and reading is one-token copying: learnable
+        # by a 1M-parameter model in a few minutes of CPU.
+        tokenizer.add_tokens(sorted(kb_names | {name for names in pools.values() for name in names}))
+        tokenizer.add_tokens([FOLLOW, INTERMEDIATE, SEARCH, FINAL, "<answer short>", "</answer short>", "Context:", NO_INFO])
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=128, n_layer=4, n_head=4,
+                            bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+        model = GPT2LMHeadModel(config)
     examples = [training.encode_segments(tokenizer, [(t, True)], 512) for t in texts]
     started = time.time()
 
@@ -142,7 +152,8 @@ def main() -> None:
         if step % 50 == 0 or step == total:
             print(f"pretrain step {step}/{total} loss {loss:.3f} ({time.time() - started:.0f}s)", file=sys.stderr)
 
-    losses = training.train_sft(model, examples, tokenizer.eos_token_id, args.epochs, 2e-3, 32, 0.05, args.seed,
+    losses = training.train_sft(model, examples, tokenizer.eos_token_id, args.epochs, 2e-3, 32, 0.05,
+                                args.seed + earlier_steps,
                                 on_step=report, bucket=args.bucket)
     seconds = time.time() - started
     model.save_pretrained(out / "base")
@@ -161,7 +172,7 @@ def main() -> None:
              **split,
              "all_known_fraction_test": sum(q["unknown_hops"] == 0 for q in questions[:n_test]) / n_test,
              "params": sum(p.numel() for p in model.parameters()), "pretrain_examples": len(texts),
-             "pretrain_steps": len(losses), "pretrain_loss_last": sum(losses[-10:]) / 10, "pretrain_s": seconds,
+             "pretrain_steps": earlier_steps + len(losses), "init_from": args.init_from, "pretrain_loss_last": sum(losses[-10:]) / 10, "pretrain_s": seconds,
              "closed_book_acc_known": probe(known_facts, False), "closed_book_acc_unknown": probe(unknown_facts, False),
              "reading_acc_kb": probe(kb.facts, True)}
     if args.paper_skills:
