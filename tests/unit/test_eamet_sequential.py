@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from toolkit.edit.eamet import EametConfig, EmbeddingAlignment
 from toolkit.edit.facts import EditRequest
-from toolkit.edit.memit import Arch, compute_keys, optimise_values
+from toolkit.edit.keys import Arch, compute_keys
+from toolkit.edit.values import optimise_values
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

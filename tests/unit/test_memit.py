@@ -2,12 +2,8 @@
 
 import torch
 
-from toolkit.edit.memit import (
-    MaskedAdam,
-    closed_form_update,
-    default_layers,
-    project_norm,
-)
+from toolkit.edit.keys import default_layers
+from toolkit.edit.solve import MaskedAdam, closed_form_update, project_norm
 
 
 def test_closed_form_equals_augmented_least_squares():

@@ -7,16 +7,11 @@ and the target is one token: the edit has to work through the subject position i
 import torch
 
 from toolkit.edit.facts import EditRequest
-from toolkit.edit.memit import (
-    Arch,
-    MemitConfig,
-    block_outputs,
-    compute_keys,
-    insert,
-    optimise_values,
-    prompt_rows,
-)
+from toolkit.edit.insert import insert
+from toolkit.edit.keys import Arch, block_outputs, compute_keys, prompt_rows
+from toolkit.edit.memit import MemitConfig
 from toolkit.edit.metrics import score_answers
+from toolkit.edit.values import optimise_values
 
 
 def test_single_edit_reaches_target(tiny_gpt2_dir):
@@ -46,7 +41,8 @@ def test_single_edit_reaches_target(tiny_gpt2_dir):
 def test_insertion_reach_is_sherman_morrison_share_of_delta():
     """One edit, one layer: the closed form moves the output by r·kᵀ(λC + kkᵀ)⁻¹k = r·s/(1+s), s = kᵀ(λC)⁻¹k,
     so a λ tuned for a wide model inserts only a small share of δ into a narrow one."""
-    from toolkit.edit.memit import closed_form_update, insertion_reach
+    from toolkit.edit.insert import insertion_reach
+    from toolkit.edit.solve import closed_form_update
 
     torch.manual_seed(3)
     d_in, d_out = 24, 10
@@ -95,7 +91,8 @@ def test_handful_of_edits_reach_strict_efficacy(cli, tmp_path, tiny_gpt2_dir):
 
 
 def test_length_groups_cover_rows_and_bound_padding():
-    from toolkit.edit.memit import Row, length_groups
+    from toolkit.edit.keys import Row
+    from toolkit.edit.values import length_groups
 
     lengths = [6, 27, 7, 13, 14, 9, 20, 6, 21, 11]
     rows = [Row(ids=[0] * n, subject_index=0, request=i) for i, n in enumerate(lengths)]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from toolkit.edit.facts import EditRequest
-from toolkit.edit.memit import Arch, compute_keys, context_type_weights, prompt_rows, subject_states
+from toolkit.edit.keys import Arch, compute_keys, context_type_weights, prompt_rows, subject_states
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,0 +1,109 @@
+"""Context templates (random generated prefixes) and the key covariance C = E[k kᵀ] over text, streamed, chunked and
+cached under a model/text fingerprint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from toolkit.core.errors import RunError
+from toolkit.edit.keys import Arch, pad_id
+
+log = logging.getLogger("iclrkit.edit")
+PREFIX_SEEDS = ("The", "Therefore", "Because", "I", "You", "However", "Also", "Nevertheless", "He", "It", "Can",
+                "Because")
+
+
+@torch.no_grad()
+def context_templates(model, tokenizer, n: int, length: int, device) -> list[str]:
+    """"" (the bare prompt) plus n model-generated prefixes ending in ". " (the paper's random-prefix prompts)."""
+    if n <= 0:
+        return [""]
+    seeds = [PREFIX_SEEDS[i % len(PREFIX_SEEDS)] for i in range(n)]
+    templates = [""]
+    for seed in seeds:
+        ids = torch.tensor([tokenizer(seed)["input_ids"]], device=device)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=length, do_sample=True,
+                             top_k=100, temperature=0.5, pad_token_id=pad_id(tokenizer))
+        text = tokenizer.decode(out[0], skip_special_tokens=True).replace("{", " ").replace("}", " ")
+        templates.append(" ".join(text.split()) + ". ")
+    return templates
+
+
+class _StopForward(Exception):
+    pass
+
+
+def model_fingerprint(model) -> str:
+    digest = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            p = param.detach().double()
+            digest.update(f"{name}:{p.sum().item():.10e}:{p.square().sum().item():.10e}".encode())
+    return digest.hexdigest()[:16]
+
+
+def stats_dir(configured: str | None) -> Path:
+    if configured:
+        return Path(configured).expanduser()
+    root = os.environ.get("ICLRKIT_CACHE_DIR", Path.home() / ".cache" / "iclrkit")
+    return Path(root).expanduser() / "edit-stats"
+
+
+@torch.no_grad()
+def key_covariance(model, arch: Arch, tokenizer, layers: list[int], text: str, n_tokens: int, seqlen: int,
+                   cache: Path, device, progress=None) -> dict[int, torch.Tensor]:
+    """C_l = E[k kᵀ] of the down-projection inputs over n_tokens of text (fp64 accumulation, fp32 result),
+    cached on disk under a fingerprint of the model, the text, the layer and the sample size."""
+    from toolkit.data.text import calibration_windows
+    from toolkit.linalg.hessian import HessianAccumulator
+    from toolkit.nn.hooks import module_at
+
+    text_sha = hashlib.sha256(text.encode()).hexdigest()[:16]
+    base = f"{model_fingerprint(model)}-{text_sha}-{n_tokens}-{seqlen}"
+    files = {l: cache / f"cov-{base}-layer{l}.pt" for l in layers}
+    covs = {l: torch.load(f, weights_only=True) for l, f in files.items() if f.is_file()}
+    todo = [l for l in layers if l not in covs]
+    if not todo:
+        return covs
+    n_windows = max(1, -(-n_tokens // seqlen))
+    windows = calibration_windows(tokenizer, text, n_windows, seqlen, seed=0)
+    accumulators: dict[int, HessianAccumulator] = {}
+    handles = []
+
+    def make(layer):
+        def hook(module, args, output):
+            x = args[0].detach()
+            if layer not in accumulators:
+                accumulators[layer] = HessianAccumulator(x.shape[-1], device=x.device)
+            accumulators[layer].add(x)
+            if layer == todo[-1]:
+                raise _StopForward
+        return hook
+
+    try:
+        for layer in todo:
+            handles.append(module_at(model, arch.down(layer)).register_forward_hook(make(layer)))
+        batches = range(0, len(windows), 8)
+        for start in (progress(batches, description="covariance") if progress else batches):
+            with contextlib.suppress(_StopForward):
+                model(input_ids=windows[start:start + 8].to(device))
+    finally:
+        for handle in handles:
+            handle.remove()
+    cache.mkdir(parents=True, exist_ok=True)
+    for layer in todo:
+        cov = (accumulators[layer].H / 2).float().cpu()  # the accumulator holds 2/n Σ xxᵀ
+        if not torch.isfinite(cov).all():
+            raise RunError(f"key covariance of layer {layer} has NaN/Inf entries")
+        tmp = files[layer].with_suffix(".tmp")
+        torch.save(cov, tmp)
+        os.replace(tmp, files[layer])
+        covs[layer] = cov
+    return covs
