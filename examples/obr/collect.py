@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 METHODS = {"dense": "FP dense", "rtn-magnitude": "RTN+magnitude", "rtn": "RTN", "wanda-rtn": "Wanda+RTN",
-           "sparsegpt-gptq": "SparseGPT+GPTQ", "gptq": "GPTQ", "obr-rtn": "OBR_RTN", "obr-gptq": "OBR_GPTQ",
+           "sparsegpt-gptq": "SparseGPT+GPTQ", "sparsegpt-two-stage": "SparseGPT->GPTQ two-stage", "gptq": "GPTQ", "obr-rtn": "OBR_RTN", "obr-gptq": "OBR_GPTQ",
            "nf4-bnb": "bitsandbytes-NF4", "llmcompressor-sparsegpt+gptq": "llmcompressor-sparsegpt+gptq",
            "llmcompressor-gptq": "llmcompressor-gptq"}
 
@@ -20,6 +20,7 @@ def main(out: Path) -> None:
         setting = parts[1].replace("-2-4", "-2:4") if len(parts) == 3 else "fp16"
         dense = method == "FP dense"
         rows.append({"model": model, "setting": setting, "method": method, "ppl": round(metrics["ppl"], 3),
+                     "seed": record.get("seed", 0),
                      "size_mb": metrics.get("packed_mb") if not dense else None,
                      "seconds": round(metrics.get("compress_seconds", 0.0), 1),
                      "sparsity": metrics.get("sparsity"),

@@ -4,7 +4,9 @@ our perplexity protocol (toolkit.eval.perplexity on the same token ids).
 
 llm-compressor pins transformers 5.17, so it runs in its own virtual environment (.venv-bench, made by repro.sh);
 the token ids come from the project's environment through a torch file.
-Usage: peer_llmcompressor.py MODEL_DIR TOKENS.pt sparsegpt+gptq|gptq OUT_DIR   (writes OUT_DIR/run.json)
+Usage: peer_llmcompressor.py MODEL_DIR TOKENS.pt sparsegpt+gptq|gptq OUT_DIR [GROUP_SIZE|none] [ACTORDER]
+(writes OUT_DIR/run.json). GROUP_SIZE: none = per channel (default), else llm-compressor's "group" strategy;
+ACTORDER: static (llm-compressor's default), weight or none. Threads: whatever OMP_NUM_THREADS allows (at most 2).
 """
 
 import json
@@ -21,11 +23,19 @@ PER_CHANNEL_W4 = {"group_0": {"targets": ["Linear"],
                               "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "channel"}}}
 
 
-def recipe(name: str) -> list:
+def w4_scheme(group_size: int | None) -> dict:
+    if group_size is None:
+        return PER_CHANNEL_W4
+    return {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                                                           "strategy": "group", "group_size": group_size}}}
+
+
+def recipe(name: str, group_size: int | None = None, actorder: str = "static") -> list:
     from llmcompressor.modifiers.pruning import SparseGPTModifier
     from llmcompressor.modifiers.quantization import GPTQModifier
 
-    gptq = GPTQModifier(config_groups=PER_CHANNEL_W4, ignore=["lm_head"], dampening_frac=0.01, block_size=128)
+    gptq = GPTQModifier(config_groups=w4_scheme(group_size), ignore=["lm_head"], dampening_frac=0.01,
+                        block_size=128, actorder=None if actorder == "none" else actorder)
     if name == "gptq":
         return [gptq]
     return [SparseGPTModifier(sparsity=0.5, mask_structure="0:0", targets=["Linear"], ignore=["re:.*lm_head"],
@@ -56,7 +66,8 @@ def linear_sparsity(model) -> float:
     return zeros / max(total, 1)
 
 
-def main(model_dir: str, tokens_path: str, name: str, out: Path) -> None:
+def main(model_dir: str, tokens_path: str, name: str, out: Path, group_size: int | None = None,
+         actorder: str = "static") -> None:
     from datasets import Dataset
     from llmcompressor import oneshot
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -70,7 +81,8 @@ def main(model_dir: str, tokens_path: str, name: str, out: Path) -> None:
     data = Dataset.from_dict({"input_ids": windows.tolist(), "attention_mask": torch.ones_like(windows).tolist()})
     started = time.perf_counter()
     # the tokenizer is only required by oneshot's argument checks: the windows are already token ids
-    oneshot(model=model, processor=AutoTokenizer.from_pretrained(model_dir), dataset=data, recipe=recipe(name),
+    oneshot(model=model, processor=AutoTokenizer.from_pretrained(model_dir), dataset=data,
+            recipe=recipe(name, group_size, actorder),
             num_calibration_samples=windows.shape[0],
             max_seq_length=windows.shape[1], shuffle_calibration_samples=False)
     seconds = time.perf_counter() - started
@@ -79,8 +91,11 @@ def main(model_dir: str, tokens_path: str, name: str, out: Path) -> None:
 
     (out / "run.json").write_text(json.dumps({"technique": f"llmcompressor-{name}", "metrics": {
         "ppl": result["ppl"], "compress_seconds": round(seconds, 3), "sparsity": round(linear_sparsity(model), 4),
-        "llmcompressor_version": llmcompressor.__version__}}, indent=2))
+        "llmcompressor_version": llmcompressor.__version__, "group_size": group_size, "actorder": actorder,
+        "threads": torch.get_num_threads()}}, indent=2))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]))
+    group = sys.argv[5] if len(sys.argv) > 5 else "none"
+    main(sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), None if group == "none" else int(group),
+         sys.argv[6] if len(sys.argv) > 6 else "static")

@@ -78,12 +78,12 @@ open('$OUT/embedded-train.txt', 'w').write(train); open('$OUT/embedded-heldout.t
   [ -f "$OUT/$name/w4a16/nf4-bnb/run.json" ] || .venv/bin/python examples/obr/nf4.py "$MODEL" "$HELDOUT" 256 \
     "$EVAL_WINDOWS" "$OUT/$name/w4a16/nf4-bnb" 2> /dev/null
   for setting in $SETTINGS; do
-    METHODS="obr-gptq sparsegpt-gptq wanda-rtn rtn-magnitude obr-rtn"
+    METHODS="obr-gptq sparsegpt-gptq sparsegpt-two-stage wanda-rtn rtn-magnitude obr-rtn"
     case $setting in
       w4a4kv4-s50) Q="--w-bits 4 --a-bits 4 --kv-bits 4"; S="--sparsity 0.5" ;;
       w4a4kv4-2:4) Q="--w-bits 4 --a-bits 4 --kv-bits 4"; S="--nm 2:4" ;;
       w4a16-s50) Q="--w-bits 4 --a-bits 16 --kv-bits 16"; S="--sparsity 0.5"
-        [ "$name" = smollm2-135m ] && METHODS="obr-gptq llmcompressor-sparsegpt+gptq sparsegpt-gptq" ;;
+        [ "$name" = smollm2-135m ] && METHODS="obr-gptq llmcompressor-sparsegpt+gptq sparsegpt-gptq sparsegpt-two-stage" ;;
       w4a16) Q="--w-bits 4 --a-bits 16 --kv-bits 16"; S=""; METHODS="gptq llmcompressor-gptq" ;;
     esac
     dir="$OUT/$name/${setting/:/-}"
@@ -95,7 +95,8 @@ open('$OUT/embedded-train.txt', 'w').write(train); open('$OUT/embedded-heldout.t
       case $method in
         rtn-magnitude) run "$dir/$method" $CLI compress rtn $SETTING_COMMON $Q $S ;;
         wanda-rtn) run "$dir/$method" $CLI compress wanda $SETTING_COMMON $Q $S ;;
-        sparsegpt-gptq) run "$dir/$method" $CLI compress sparsegpt $SETTING_COMMON $Q $S ;;
+        sparsegpt-gptq) run "$dir/$method" $CLI compress sparsegpt $SETTING_COMMON $Q $S ;;  # joint, one pass
+        sparsegpt-two-stage) run "$dir/$method" $CLI compress sparsegpt-gptq $SETTING_COMMON $Q $S ;;
         gptq) run "$dir/$method" $CLI compress gptq $SETTING_COMMON $Q $S ;;
         obr-rtn) run "$dir/$method" $CLI compress obr $SETTING_COMMON $Q $S --mode rtn ;;
         obr-gptq) run "$dir/$method" $CLI compress obr $SETTING_COMMON $Q $S --mode gptq ;;

@@ -181,3 +181,32 @@ def test_bad_ordering_and_group_flags_exit_2(cli, tiny_llama_dir, text_file, tmp
     assert r.exit_code == 2, r.stderr
     assert message in r.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("true_sequential", [True, False])
+def test_one_pass_calibration_sees_the_uncompressed_block(cli, tiny_llama_dir, text_file, tmp_path, monkeypatch,
+                                                          true_sequential):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolkit.compress import recipe
+    from toolkit.data.text import calibration_windows, load_text
+    from toolkit.linalg.hessian import HessianAccumulator
+
+    real, seen = recipe.compress_linear, []
+    monkeypatch.setattr(recipe, "compress_linear", lambda W, H, *a, **k: (seen.append(H.clone()), real(W, H, *a,
+                                                                                                        **k))[1])
+    r = cli(["compress", "gptq", "--model", tiny_llama_dir, "--data", text_file, "--no-rotate", "--nsamples", "4",
+             "--seqlen", "32", "--set", f"true_sequential={str(true_sequential).lower()}", "--set", "export=none",
+             "--out", tmp_path / "run"])
+    assert r.exit_code == 0, r.stderr
+    # block 0's down_proj H from the original (uncompressed) model on the same windows
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
+    windows = calibration_windows(AutoTokenizer.from_pretrained(tiny_llama_dir), load_text(str(text_file)), 4, 32, 0)
+    accumulator = HessianAccumulator(64, dtype=torch.float32)
+    handle = model.model.layers[0].mlp.down_proj.register_forward_hook(accumulator.hook())
+    with torch.no_grad():
+        for window in windows:
+            model(window.unsqueeze(0))
+    handle.remove()
+    down = seen[3]  # groups [q,k,v] [o] [gate,up] [down]: one GPTQ each
+    assert torch.allclose(down, accumulator.H, rtol=1e-4, atol=1e-6) != true_sequential

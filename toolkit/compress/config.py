@@ -56,6 +56,10 @@ class CompressConfig(BaseConfig):
     embed_bits: Literal[4, 8, 16] = 16
     embed_group: int = Field(64, gt=0)  # columns per scale of the embeddings / LM head
     solve_dtype: Literal["float32", "float64"] = "float32"  # Hessian accumulation and solves
+    # True: each sequential group is calibrated on inputs that went through the groups already compressed (one
+    # stopped forward per group, GPTQ's --true-sequential); False: one forward per block for all groups (as
+    # llm-compressor does): about a third less forward work, the groups see the block's uncompressed weights
+    true_sequential: bool = True
     onload: bool = False  # one block in memory at a time, read from a local safetensors dir (_run_compress_onloaded)
 
     @field_validator("w_bits", "a_bits", "kv_bits")

@@ -162,19 +162,29 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
     counts = {"kept": 0, "total": 0}
     checkpoints = ctx.checkpoint_dir if ctx.out is not None else None
 
+    def hessians(step, firsts):
+        """One calibration forward (stopped after the last listed linear): H of each listed linear's input."""
+        accumulators = [HessianAccumulator(linear_weight(m, adapter.conv1d).shape[1], device=step.device,
+                                           dtype=dtype) for m in firsts]
+        handles = [m.register_forward_hook(a.hook()) for m, a in zip(firsts, accumulators)]
+        try:
+            step.run(stop_after=firsts[-1])
+        finally:
+            for handle in handles:
+                handle.remove()
+        return [a.H for a in accumulators]
+
     def on_block(step):
         block_scales = {}
-        for group in adapter.sequential_groups():
+        groups = adapter.sequential_groups()
+        shared = None
+        if not config.true_sequential:  # every group's H from one forward through the block as it came in
+            shared = hessians(step, [step.block.get_submodule(group[0]) for group in groups])
+        for index, group in enumerate(groups):
             modules = [step.block.get_submodule(path) for path in group]
-            accumulator = HessianAccumulator(linear_weight(modules[0], adapter.conv1d).shape[1],
-                                             device=step.device, dtype=dtype)
-            handle = modules[0].register_forward_hook(accumulator.hook())
-            try:
-                step.run(stop_after=modules[0])
-            finally:
-                handle.remove()
+            H = shared[index] if shared is not None else hessians(step, modules[:1])[0]
             weights = [linear_weight(module, adapter.conv1d) for module in modules]
-            solved = _solve_group(weights, accumulator.H, config, dtype)
+            solved = _solve_group(weights, H, config, dtype)
             for path, module, weight, (new, grid) in zip(group, modules, weights, solved):
                 set_linear_weight(module, new.to(weight.dtype), adapter.conv1d)
                 if grid is not None:

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Our GPTQ against llm-compressor's GPTQ on SmolLM2-135M, W4A16, side by side in one go (issue 32): per channel and
+# group 128, rotated (ours) and unrotated, activation ordering on (static) and off; plus the two-stage
+# SparseGPT 50% -> GPTQ rows (ours: `compress sparsegpt-gptq`; the peer: SparseGPTModifier -> GPTQModifier).
+# Same token ids for both (32 x 512 calibration windows of WikiText-2 valid, seed 0), perplexity on 32 x 256 windows
+# of test with toolkit.eval.perplexity, one thread each, runs one after the other (nice).
+# Writes runs/repro-obr-gptq/<row>/run.json and runs/repro-obr-gptq/results.json; prints a Markdown table.
+# ROWS picks rows (default: all, most important first); finished rows are reused (FRESH=1 recomputes).
+#   row = WHO-rROTATE-gGROUP-ACTORDER, WHO in ours|peer (GPTQ) or ours2|peer2 (two-stage, 50% sparse)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-runs/repro-obr-gptq}
+DATA=${DATA:-${ICLRKIT_DATA:-../shared/data}/wikitext-2}  # data root: $ICLRKIT_DATA, default ../shared/data
+VALID=$DATA/valid.txt; TEST=$DATA/test.txt
+MODEL=${MODEL:-zoo:smollm2-135m}
+NSAMPLES=${NSAMPLES:-32}; SEQLEN=${SEQLEN:-512}; EVAL_WINDOWS=${EVAL_WINDOWS:-32}
+THREADS=${THREADS:-1}
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+ROWS=${ROWS:-"ours-r0-gnone-static peer-r0-gnone-static ours-r1-gnone-static ours-r0-gnone-none peer-r0-gnone-none
+ours-r1-gnone-none ours-r0-g128-static peer-r0-g128-static ours-r1-g128-static ours-r0-g128-none peer-r0-g128-none
+ours-r1-g128-none ours2-r1-gnone-static peer2-r0-gnone-static ours2-r0-gnone-static"}
+[ "${FRESH:-0}" = 1 ] && rm -rf "$OUT"
+mkdir -p "$OUT"
+CLI="nice -n 10 .venv/bin/iclrkit -q"
+
+if [ ! -x .venv-bench/bin/python ]; then  # the [bench] extra: llmcompressor pins its own transformers
+  python3 -m venv .venv-bench && .venv-bench/bin/pip install -q torch==2.13.0 llmcompressor 2>&1 | grep -v "is ignored" || true
+fi
+$CLI zoo build "${MODEL#zoo:}" > /dev/null
+[ -f "$OUT/dense/run.json" ] || $CLI eval ppl --model "$MODEL" --data "$TEST" --max-length 256 \
+  --max-windows "$EVAL_WINDOWS" --out "$OUT/dense" > /dev/null
+TOKENS=$OUT/tokens.pt
+if [ ! -f "$TOKENS" ]; then  # the peer gets our exact calibration windows and evaluation ids
+  .venv/bin/python - "$MODEL" "$VALID" "$TEST" "$NSAMPLES" "$SEQLEN" "$EVAL_WINDOWS" "$TOKENS" <<'PYEOF'
+import sys
+
+import torch
+
+from toolkit.data.text import calibration_windows, load_text, tokenize
+from toolkit.models.source import load_model, resolve_model_path
+
+model, calib, heldout, n, seqlen, windows, out = sys.argv[1:8]
+_, tokenizer = load_model(model, "cpu", torch.float32)
+torch.save({"model_dir": str(resolve_model_path(model)),
+            "calibration": calibration_windows(tokenizer, load_text(calib), int(n), int(seqlen), 0),
+            "eval_ids": tokenize(tokenizer, load_text(heldout)), "max_length": 256, "windows": int(windows)}, out)
+PYEOF
+fi
+MODEL_DIR=$(.venv/bin/python -c "import torch; print(torch.load('$TOKENS')['model_dir'])")
+COMMON="--model $MODEL --data $VALID --nsamples $NSAMPLES --seqlen $SEQLEN --eval-data $TEST
+  --set eval_max_length=256 --set eval_windows=$EVAL_WINDOWS --w-bits 4 --a-bits 16 --kv-bits 16 --set export=none"
+
+for row in $ROWS; do
+  dir=$OUT/$row
+  [ -f "$dir/run.json" ] && continue
+  IFS=- read -r who rot group order <<< "$row"
+  rot=${rot#r}; group=${group#g}
+  rm -rf "$dir" "$dir.partial"
+  echo "== $row ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))" >&2
+  flags="--actorder $order"
+  [ "$rot" = 1 ] && flags="$flags --rotate" || flags="$flags --no-rotate"
+  [ "$group" != none ] && flags="$flags --group-size $group"
+  case $who in
+    ours) $CLI compress gptq $COMMON $flags --out "$dir" > /dev/null ;;
+    ours2) $CLI compress sparsegpt-gptq $COMMON $flags --sparsity 0.5 --out "$dir" > /dev/null ;;
+    peer|peer2)
+      [ "$rot" = 1 ] && { echo "peer rows are unrotated only: skipping $row" >&2; continue; }
+      recipe=gptq; [ "$who" = peer2 ] && recipe=sparsegpt+gptq
+      nice -n 10 .venv-bench/bin/python examples/obr/peer_llmcompressor.py "$MODEL_DIR" "$TOKENS" "$recipe" "$dir" \
+        "$group" "$order" > "$OUT/$row.log" 2>&1 || { echo "peer row $row failed: see $OUT/$row.log" >&2; rm -rf "$dir"; } ;;
+  esac
+done
+
+.venv/bin/python examples/obr/collect_gptq.py "$OUT" "$THREADS"
