@@ -12,6 +12,7 @@ from torch import nn
 
 from toolkit.core.errors import BadInputError
 from toolkit.edit.facts import SLOT, EditRequest
+from toolkit.models.tokens import pad_id  # noqa: F401 - re-exported for the edit modules
 
 log = logging.getLogger("iclrkit.edit")
 
@@ -106,10 +107,6 @@ def pad_rows(rows: list[Row], pad_id: int, device) -> tuple[torch.Tensor, torch.
         ids[i, :len(row.ids)] = torch.tensor(row.ids)
         mask[i, :len(row.ids)] = 1
     return ids.to(device), mask.to(device)
-
-
-def pad_id(tokenizer) -> int:
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
 
 
 def at_subject(values: torch.Tensor, rows: list[Row]) -> torch.Tensor:

@@ -9,6 +9,7 @@ import torch
 
 from toolkit.core.errors import BadInputError
 from toolkit.data.text import jsonl_values, read_file_text
+from toolkit.models.tokens import pad_id  # noqa: F401 - re-exported for the unlearning modules
 
 
 def _records(path: str | Path) -> list:
@@ -69,13 +70,6 @@ def load_pairs(path: str | Path, keys: tuple[str, str], max_items: int | None = 
             raise BadInputError(f"{path}: record {index} has an empty {keys[0]!r} or {keys[1]!r}")
         pairs.append((record[keys[0]], record[keys[1]]))
     return pairs[:max_items] if max_items else pairs
-
-
-def pad_id(tokenizer) -> int:
-    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if candidate is not None:
-            return candidate
-    return 0
 
 
 def encode_documents(tokenizer, docs: list[str], max_length: int, min_tokens: int = 4) -> list[torch.Tensor]:
