@@ -36,10 +36,6 @@ def context_templates(model, tokenizer, n: int, length: int, device) -> list[str
     return templates
 
 
-class _StopForward(Exception):
-    pass
-
-
 def model_fingerprint(model) -> str:
     digest = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
     with torch.no_grad():
@@ -63,7 +59,7 @@ def key_covariance(model, arch: Arch, tokenizer, layers: list[int], text: str, n
     cached on disk under a fingerprint of the model, the text, the layer and the sample size."""
     from toolkit.data.text import calibration_windows
     from toolkit.linalg.hessian import HessianAccumulator
-    from toolkit.nn.hooks import module_at
+    from toolkit.nn.hooks import StopForward, module_at
 
     text_sha = hashlib.sha256(text.encode()).hexdigest()[:16]
     base = f"{model_fingerprint(model)}-{text_sha}-{n_tokens}-{seqlen}"
@@ -84,7 +80,7 @@ def key_covariance(model, arch: Arch, tokenizer, layers: list[int], text: str, n
                 accumulators[layer] = HessianAccumulator(x.shape[-1], device=x.device)
             accumulators[layer].add(x)
             if layer == todo[-1]:
-                raise _StopForward
+                raise StopForward
         return hook
 
     try:
@@ -92,7 +88,7 @@ def key_covariance(model, arch: Arch, tokenizer, layers: list[int], text: str, n
             handles.append(module_at(model, arch.down(layer)).register_forward_hook(make(layer)))
         batches = range(0, len(windows), 8)
         for start in (progress(batches, description="covariance") if progress else batches):
-            with contextlib.suppress(_StopForward):
+            with contextlib.suppress(StopForward):
                 model(input_ids=windows[start:start + 8].to(device))
     finally:
         for handle in handles:

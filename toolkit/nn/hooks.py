@@ -11,6 +11,15 @@ import torch.nn as nn
 from toolkit.core.errors import BadInputError
 
 
+class StopForward(Exception):
+    """Raised by a forward hook to end a forward early (calibration and statistics need only the first blocks)."""
+
+
+def stop_forward(module, args, output) -> None:
+    """A forward hook that ends the forward right after `module`."""
+    raise StopForward
+
+
 def module_at(model: nn.Module, path: str) -> nn.Module:
     try:
         return model.get_submodule(path) if path else model

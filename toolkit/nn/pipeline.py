@@ -18,12 +18,9 @@ import torch.nn as nn
 
 from toolkit.core.errors import BadInputError
 from toolkit.models.adapters import ArchAdapter, adapter_for, get_layers
+from toolkit.nn.hooks import StopForward, stop_forward
 
 log = logging.getLogger("iclrkit")
-
-
-class _StopForward(Exception):
-    pass
 
 
 @dataclass
@@ -48,7 +45,7 @@ class BlockStep:
             if self.probe is not None:
                 self.probe(f"block {self.index} propagated")
             return outputs
-        handle = stop_after.register_forward_hook(_stop_forward)
+        handle = stop_after.register_forward_hook(stop_forward)
         try:
             self._forward_all()
         finally:
@@ -63,18 +60,10 @@ class BlockStep:
             for hidden in self.inputs:
                 try:
                     out = self.block(hidden.to(self.device), *self.args, **self.kwargs)
-                except _StopForward:
+                except StopForward:
                     continue
                 outputs.append((out[0] if isinstance(out, tuple) else out).cpu())
         return outputs
-
-
-class _StopForward(Exception):
-    """Raised by a forward hook to end a calibration forward early."""
-
-
-def _stop_forward(module, args, output) -> None:
-    raise _StopForward
 
 
 def _to(value, device):
@@ -102,7 +91,7 @@ def capture_block_inputs(model: nn.Module, windows: torch.Tensor, device: str,
         if not captured:
             captured["args"] = tuple(None if _is_cache(a) else a for a in args[1:])
             captured["kwargs"] = {k: (None if _is_cache(v) else v) for k, v in kwargs.items()}
-        raise _StopForward
+        raise StopForward
 
     layers_device = {id(l): next(l.parameters()).device for l in layers}
     for module in _non_block_modules(model, layers):
@@ -113,7 +102,7 @@ def capture_block_inputs(model: nn.Module, windows: torch.Tensor, device: str,
             for window in windows:
                 try:
                     model(window.unsqueeze(0).to(device), use_cache=False)
-                except _StopForward:
+                except StopForward:
                     pass
     finally:
         handle.remove()
