@@ -207,8 +207,6 @@ def test_khc_point_reader_never_crashes(text, suffix):
 
     from toolkit.cluster.khc_data import load_points
 
-    if suffix == ".npy" and not text:
-        return  # the known empty-.npy case, pinned by the strict xfail below
     try:
         points = load_points(str(_file(text, suffix)))
     except BadInputError:
@@ -218,9 +216,8 @@ def test_khc_point_reader_never_crashes(text, suffix):
     assert points.ndim == 2 and np.isfinite(points).all()
 
 
-@pytest.mark.xfail(strict=True, raises=EOFError, reason="found by the fuzzer: toolkit/cluster/khc_data.load_points "
-                   "lets numpy's EOFError out on an empty .npy (fix: catch EOFError next to ValueError/OSError)")
 def test_khc_empty_npy_is_bad_input():
+    """Found by the fuzzer: numpy's EOFError on an empty .npy escaped load_points."""
     from toolkit.cluster.khc_data import load_points
 
     with pytest.raises(BadInputError):

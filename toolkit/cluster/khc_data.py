@@ -20,7 +20,7 @@ def load_points(path: str) -> np.ndarray:
     if file.suffix.lower() == ".npy":
         try:
             points = np.load(file, allow_pickle=False)
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, EOFError) as exc:
             raise BadInputError(f"cannot read {path} as .npy: {exc}") from None
     else:
         points = _read_csv(file)
