@@ -37,7 +37,7 @@ def bench(model: Annotated[str | None, typer.Option("--model", "-m", help="Packe
           device: DeviceOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
           overwrite: OverwriteOpt = False) -> None:
     """Wire with: `app.command("bench", help=HELP, epilog=EPILOG)(bench)` in cli/compress.py."""
-    from toolkit.ops.int4_bench import BenchConfig, run_bench
+    from toolkit.compress.int4_bench import BenchConfig, run_bench
 
     execute(technique="compress.bench", config_cls=BenchConfig,
             flags={"model": model, "n": n, "k": k, "rows": rows or None, "repeats": repeats, "a_bits": a_bits,

@@ -189,7 +189,7 @@ def test_bad_thread_counts_are_one_line_exit_2(cli, tiny_gpt2_dir, monkeypatch, 
 
 def test_no_library_code_sets_thread_counts():
     root = Path(__file__).resolve().parents[2] / "toolkit"
-    allowed = {"compress/recipe.py", "ops/int4_bench.py"}  # their owners remove these separately
+    allowed: set[str] = set()
     offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
                  if "set_num_threads" in p.read_text() and str(p.relative_to(root)) not in allowed]
     assert offenders == []

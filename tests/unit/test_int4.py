@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
+from toolkit.compress.packed_int4 import codes_from_packed
 from toolkit.core.errors import BadInputError
 from toolkit.ops import has_op
 from toolkit.ops.int4 import (
     PackedInt4Linear,
-    codes_from_packed,
     int4_gemm,
     int4_gemm_reference,
     is_24_sparse,

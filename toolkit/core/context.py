@@ -88,7 +88,7 @@ def seed_everything(seed: int) -> None:
 
 def protected_dirs() -> list[Path]:
     """Caches that --out must never point into: the zoo cache and the Hugging Face hub cache."""
-    from toolkit.zoo.registry import zoo_dir
+    from toolkit.core.paths import zoo_dir
 
     dirs = [zoo_dir()]
     try:
@@ -104,9 +104,9 @@ def input_location(item: str | Path) -> Path | None:
     """Where an input lives on disk: a path, zoo:NAME's cache directory, or a hub id's HF cache folder."""
     text = str(item)
     if text.startswith("zoo:"):
-        from toolkit.zoo.registry import cached_path
+        from toolkit.core.paths import zoo_cached_path
 
-        return cached_path(text[4:])
+        return zoo_cached_path(text[4:])
     path = Path(text).expanduser()
     if path.exists():
         return path

@@ -40,9 +40,9 @@ def input_record(value: Any) -> dict[str, Any]:
     """{"path", "sha256"} of an input; zoo:NAME is hashed from its cache directory (and names it as `resolved`)."""
     text = str(value)
     if text.startswith("zoo:"):
-        from toolkit.zoo.registry import cached_path
+        from toolkit.core.paths import zoo_cached_path
 
-        resolved = cached_path(text[4:])
+        resolved = zoo_cached_path(text[4:])
         return {"path": text, "resolved": str(resolved), "sha256": sha256_of(resolved)}
     if isinstance(value, (str, Path)) and Path(value).exists():
         return {"path": text, "sha256": sha256_of(value)}

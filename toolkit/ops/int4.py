@@ -116,15 +116,6 @@ def is_24_sparse(codes: torch.Tensor) -> bool:
     return bool(((codes.reshape(n, -1, 4) != 0).sum(-1) <= 2).all())
 
 
-def codes_from_packed(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: int) -> torch.Tensor:
-    """Integer codes [N, K] of one linear stored by toolkit.compress.packed (bitmask or dense nibble stream)."""
-    from toolkit.compress.packed import unpack_linear_codes
-
-    if bits > 4:
-        raise BadInputError(f"INT4 kernels need ≤ 4-bit weights, the packed model has {bits}")
-    return torch.from_numpy(unpack_linear_codes(tensors, shape, bits).astype(np.int16))
-
-
 def to_kernel_layout(codes: torch.Tensor, scales: torch.Tensor, sparse: str = "auto") -> KernelWeights:
     """sparse: "auto" (2:4 kernel when the codes are 2:4), "24" (required) or "dense"."""
     if sparse not in ("auto", "24", "dense"):
@@ -351,31 +342,6 @@ class PackedInt4Linear(torch.nn.Module):
     def extra_repr(self) -> str:
         kind = "w4a16" if self.a_bits == 16 else ("2:4" if self.weights.sparse else "dense")
         return f"in={self.in_features}, out={self.out_features}, int4 {kind}, a_bits={self.a_bits}"
-
-
-def load_packed_int4(directory, a_bits: int = 8, sparse: str = "auto", with_tokenizer: bool = True,
-                     device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
-    """A `compress obr` packed directory as a model whose quantized linears are PackedInt4Linear, moved once to
-    `device` (the kernels of that device run). a_bits 16 selects the W4A16 weight-only kernel (on CUDA it needs
-    dtype float16 or bfloat16). Rotations and the rest come from toolkit.compress.packed.load_packed; only the
-    quantized linears are swapped."""
-    from toolkit.compress.packed import load_packed, read_packed
-
-    config, tensors = read_packed(directory)
-    model, tokenizer = load_packed(directory, dtype=dtype, with_tokenizer=with_tokenizer)
-    for path, shape in config["linears"].items():
-        parts = {key: tensors[f"{path}.{key}"] for key in ("qweight", "scales", "mask") if f"{path}.{key}" in tensors}
-        codes = codes_from_packed(parts, tuple(shape), config["bits"])
-        module = model.get_submodule(path)
-        bias = getattr(module, "bias", None)
-        replacement = PackedInt4Linear.from_codes(codes, torch.from_numpy(parts["scales"].copy()), bias, a_bits, sparse)
-        # keep the online rotation (a forward pre-hook on down_proj) that load_packed installed
-        replacement._forward_pre_hooks.update(module._forward_pre_hooks)
-        if hasattr(module, "iclrkit_online_rotation"):
-            replacement.iclrkit_online_rotation = module.iclrkit_online_rotation
-        parent_path, _, leaf = path.rpartition(".")
-        setattr(model.get_submodule(parent_path) if parent_path else model, leaf, replacement)
-    return model.to(device), tokenizer
 
 
 def s4_layout(codes: torch.Tensor, multiple: int = 64) -> torch.Tensor:

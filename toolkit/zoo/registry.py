@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.core.errors import BadInputError
+from toolkit.core.paths import zoo_cached_path
+from toolkit.core.paths import zoo_dir as core_zoo_dir
 
 log = logging.getLogger("iclrkit")
 
@@ -43,7 +45,7 @@ RECIPES: dict[str, Recipe] = {
 
 
 def zoo_dir() -> Path:
-    return Path(os.environ.get("ICLRKIT_ZOO_DIR", Path.home() / ".cache" / "iclrkit" / "zoo")).expanduser()
+    return core_zoo_dir()
 
 
 def variant_key(data: str | None, steps: int | None = None, layers: int | None = None) -> str:
@@ -58,7 +60,7 @@ def variant_key(data: str | None, steps: int | None = None, layers: int | None =
 
 
 def cached_path(name: str) -> Path:
-    return zoo_dir() / name
+    return zoo_cached_path(name)
 
 
 def is_built(name: str) -> bool:

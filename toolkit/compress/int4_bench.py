@@ -105,7 +105,7 @@ def model_comparison(packed_dir: str | Path, prompt_len: int, new_tokens: int, r
                      seed: int = 0) -> dict:
     """Packed model on the INT4 kernels vs the same weights dequantised to FP32: memory, prefill, decode, logits."""
     from toolkit.compress.packed import WEIGHTS, load_packed
-    from toolkit.ops.int4 import load_packed_int4
+    from toolkit.compress.packed_int4 import load_packed_int4
 
     fp32, _ = load_packed(packed_dir, dtype=torch.float32, with_tokenizer=False)
     packed, _ = load_packed_int4(packed_dir, a_bits=a_bits, with_tokenizer=False)
