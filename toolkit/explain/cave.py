@@ -15,13 +15,15 @@ Paper: https://arxiv.org/abs/2503.13429 (OpenReview VSPLa2Sito); official code h
    sum over the pixels its concepts won, divided by its number of concepts. Pixels won by clutter count for no
    class, which is what keeps occluders from voting. `classifier="paper"` gives the paper's
    s_y = sum_i max_j cos(f_i, h_y^j) instead;
-5. explanations: pixel-level concept relevance maps (`concept_relevance_maps`), in the spirit of the paper's
-   NOV-aware LRP: (a) at the matching layer, each feature cell's contribution to the class score is shared among
-   the class's concepts by a soft assignment, softmax over all concepts of cos/T (T = the training temperature),
-   times the concept's match score, so the relevances sum to a soft version of the class score; (b) a
-   conservative upsampling spreads each cell's relevance over the image pixels of its receptive field with a
-   Gaussian (sigma = receptive field / 4, mass renormalised inside the image), so every map sums to its
-   concept's relevance. It is not LRP through each conv layer; the spread stands in for that propagation.
+5. explanations: pixel-level concept relevance maps: (a) at the matching layer, each feature cell's contribution
+   to the class score is shared among the class's concepts by a soft assignment, softmax over all concepts of
+   cos/T (T = the training temperature), times the concept's match score, so the relevances sum to a soft version
+   of the class score (`concept_relevance`); (b) default `explanation="lrp"`, the paper's NOV-aware LRP: each
+   cell's relevance for concept h is shared over its feature channels in proportion to f_i * h (the paper's
+   R_F(i, c) rule) and propagated layer by layer through the backbone with conservative LRP rules
+   (toolkit/explain/lrp.py: zbox at the pixels, zplus in between, epsilon on the last conv), so every pixel map
+   sums to its concept's relevance; `explanation="gaussian"`, the earlier stand-in: a conservative Gaussian
+   upsampling of the cell relevances over their receptive field (`concept_relevance_maps`).
 """
 
 from __future__ import annotations
@@ -71,12 +73,18 @@ class CaveConfig(BaseConfig):
     visibility_threshold: float = 0.1  # concepts come from vertices visible in more than this share of images
     classifier: Literal["repo", "paper"] = "repo"
     explain_temperature: float = 0.07  # soft concept assignment of the explanations (the training temperature)
-    relevance_sigma_px: float = 7.0  # conservative upsampling: Gaussian of the ~29 px receptive field / 4
+    # explanation of the concept relevances: 'lrp' (the paper's: NOV-aware rule at the matching layer, then LRP
+    # layer by layer through the backbone, toolkit/explain/lrp.py) or 'gaussian' (the earlier stand-in: a
+    # conservative Gaussian upsampling of the cell relevances, sigma relevance_sigma_px)
+    explanation: Literal["lrp", "gaussian"] = "lrp"
+    lrp_top_rule: Literal["epsilon", "zplus"] = "epsilon"  # rule of the last conv; zbox at the pixels, zplus between
+    relevance_sigma_px: float = 7.0  # gaussian: Gaussian of the ~29 px receptive field / 4
     epochs: int = 40
     batch_size: int = 32
     lr: float = 1e-3
     baselines: bool = True  # also train the 2D CNN and score NMF (CRAFT-lite) concepts and Grad-CAM
     baseline_epochs: int = 40
+    baseline_lrp: bool = False  # also the CNN's LRP map (same composite as CAVE's LRP) as a baseline row
     figures: bool = True
 
 
@@ -245,6 +253,8 @@ class CaveModel:
     classifier: str
     explain_temperature: float = 0.07
     relevance_sigma_px: float = 7.0
+    explanation: str = "lrp"
+    lrp_top_rule: str = "epsilon"
 
     @torch.no_grad()
     def features(self, images: torch.Tensor) -> torch.Tensor:
@@ -260,12 +270,40 @@ class CaveModel:
     @torch.no_grad()
     def explain(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 128) -> torch.Tensor:
         """Pixel relevance maps of the concepts of each image's (given) class: (N, D, S, S)."""
+        if self.explanation == "lrp":
+            return self.explain_lrp(images, labels)
+        require(self.explanation == "gaussian", f"unknown explanation {self.explanation!r}")
         out = []
         for i in range(0, len(images), batch_size):
             cos = torch.einsum("bdhw,md->bmhw", self.features(images[i:i + batch_size]), self.concepts)
             relevance = concept_relevance(cos, self.concept_class, labels[i:i + batch_size], self.classifier,
                                           self.explain_temperature)
             out.append(concept_relevance_maps(relevance, images.shape[-1], self.relevance_sigma_px))
+        return torch.cat(out)
+
+
+    @torch.no_grad()
+    def explain_lrp(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 16,
+                    eps: float = 1e-6) -> torch.Tensor:
+        """The paper's explanation: concept relevances R(i, h) at the matching layer (`concept_relevance`), shared
+        over the feature channels by the NOV-aware rule (`lrp.nov_feature_relevance`), then LRP layer by layer
+        through the backbone (zbox at the pixels, zplus in between, `lrp_top_rule` on the last conv). Pixel maps
+        (N, D, S, S) summed over colour channels; each sums to its concept's relevance (conservation)."""
+        from toolkit.explain import lrp
+
+        self.backbone.eval()
+        layers = lrp.fold_sequential(self.backbone.net)
+        rules = lrp.default_rules(len(layers), self.lrp_top_rule)
+        ids = torch.stack([torch.nonzero(self.concept_class == c)[:, 0] for c in range(self.n_classes)])
+        out = []
+        for i in range(0, len(images), batch_size):
+            x, y = images[i:i + batch_size], labels[i:i + batch_size]
+            inputs, z = lrp.forward_inputs(layers, x)
+            features = F.normalize(z, dim=1)
+            cos = torch.einsum("bdhw,md->bmhw", features, self.concepts)
+            relevance = concept_relevance(cos, self.concept_class, y, self.classifier, self.explain_temperature)
+            r_z = lrp.nov_feature_relevance(features, self.concepts[ids[y]], relevance, eps)
+            out.append(lrp.lrp_backward(layers, inputs, r_z, rules, eps).sum(2))
         return torch.cat(out)
 
 
@@ -346,7 +384,8 @@ def train_cave(config: CaveConfig, data: dict, ctx) -> tuple[CaveModel, dict]:
         concepts.append(kmeans_concepts(clutter.numpy(), config.background_concepts, ctx.seed))
         concept_class += [-1] * config.background_concepts
     model = CaveModel(backbone, torch.from_numpy(np.concatenate(concepts)).float(), torch.tensor(concept_class),
-                      bank, n_classes, config.classifier, config.explain_temperature, config.relevance_sigma_px)
+                      bank, n_classes, config.classifier, config.explain_temperature, config.relevance_sigma_px,
+                      config.explanation, config.lrp_top_rule)
     return model, {"loss_first_epoch": history[0], "loss_last_epoch": history[-1],
                    "visible_vertices_per_image": float(visible_np.sum(1).mean())}
 

@@ -3,7 +3,8 @@
     non-negative feature-map activations of its training images, A ~ U W; each feature-map position plays the
     role of CRAFT's crop (its receptive field is the patch), and a test image's concept maps are its U
     coefficients (non-negative least squares against W), upsampled to the image;
-  * Grad-CAM (Selvaraju et al., ICCV 2017) of the image's class at the last conv layer: one map per class.
+  * Grad-CAM (Selvaraju et al., ICCV 2017) of the image's class at the last conv layer: one map per class;
+  * LRP of the class logit with the same rules as CAVE's LRP explanation (`baseline_lrp`): one map.
 All maps go through the same 3D-C code as CAVE's.
 """
 
@@ -57,6 +58,27 @@ def grad_cam(model: Cnn2d, images: torch.Tensor, labels: torch.Tensor) -> torch.
     return F.interpolate(cam, size=images.shape[-2:], mode="bilinear", align_corners=False)
 
 
+@torch.no_grad()
+def lrp_maps(model: Cnn2d, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 32,
+             top_rule: str = "epsilon") -> torch.Tensor:
+    """LRP of the class logit with the composite CAVE's explanation uses (toolkit/explain/lrp.py): the linear head
+    on the pooled ReLU features gives cell relevance a_ic w_yc / (h w) (LRP-0, bias dropped), then zbox / zplus /
+    `top_rule` through the same backbone; (N, 1, S, S) summed over colour channels."""
+    from toolkit.explain import lrp
+
+    model.eval()
+    layers = lrp.fold_sequential(model.backbone.net)
+    rules = lrp.default_rules(len(layers), top_rule)
+    out = []
+    for i in range(0, len(images), batch_size):
+        x, y = images[i:i + batch_size], labels[i:i + batch_size]
+        inputs, z = lrp.forward_inputs(layers, x)
+        a = F.relu(z)
+        relevance = a * model.head.weight[y][:, :, None, None] / (a.shape[2] * a.shape[3])
+        out.append(lrp.lrp_backward(layers, inputs, relevance[:, None], rules).sum(2))
+    return torch.cat(out)
+
+
 def nmf_concepts(activations: np.ndarray, n_concepts: int, seed: int) -> np.ndarray:
     """W (D, d): NMF dictionary of non-negative activations (P, d)."""
     from sklearn.decomposition import NMF
@@ -101,4 +123,8 @@ def baseline_rows(config, data, ctx):
     craft = craft_maps(model, train_images, train_labels, test_images, test_labels, n_classes,
                        config.concepts_per_class, ctx.seed)
     cam = grad_cam(model, test_images, test_labels).numpy()
-    return [("2D CNN + NMF concepts (CRAFT-lite)", accuracy, craft), ("2D CNN + Grad-CAM", accuracy, cam)]
+    rows = [("2D CNN + NMF concepts (CRAFT-lite)", accuracy, craft), ("2D CNN + Grad-CAM", accuracy, cam)]
+    if config.baseline_lrp:
+        rows.append(("2D CNN + LRP", accuracy, lrp_maps(model, test_images, test_labels,
+                                                          top_rule=config.lrp_top_rule).numpy()))
+    return rows

@@ -46,8 +46,11 @@ def _dataset(config: CaveConfig, ctx) -> dict:
 
 
 def _save_attributions(ctx, method: str, maps: np.ndarray, index: np.ndarray) -> None:
-    np.savez_compressed(ctx.path(f"attributions_{method_slug(method)}.npz"), maps=maps.astype(np.float32),
-                        index=index, method=np.array(method))
+    """`maps`: the positive attribution A+ that 3D-C scores; `signed`: the raw maps when they have negative values
+    (LRP relevances)."""
+    extra = {"signed": maps.astype(np.float32)} if (maps < 0).any() else {}
+    np.savez_compressed(ctx.path(f"attributions_{method_slug(method)}.npz"),
+                        maps=np.maximum(maps, 0).astype(np.float32), index=index, method=np.array(method), **extra)
 
 
 def _validate(config: CaveConfig) -> None:
