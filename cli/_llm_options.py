@@ -17,7 +17,7 @@ def server_concurrency(value: int | None):
     """Set the concurrency of every server backend the command loads, for the command's duration; bad -> exit 2."""
     from cli._runner import fail
     from toolkit.core.errors import IclrkitError
-    from toolkit.llm.base import SERVER_DEFAULTS, set_server_concurrency
+    from toolkit.llm.load import SERVER_DEFAULTS, set_server_concurrency
 
     before = SERVER_DEFAULTS["concurrency"]
     if value is not None:
