@@ -7,19 +7,17 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 from torch import nn
 
+from toolkit.edit.config import MemitConfig
 from toolkit.edit.facts import SLOT, EditRequest
 from toolkit.edit.keys import Arch, Row, pad_id, pad_rows, prompt_rows
 from toolkit.edit.solve import MaskedAdam, project_norm
 
 log = logging.getLogger("iclrkit.edit")
-
-if TYPE_CHECKING:
-    from toolkit.edit.memit import MemitConfig
 
 
 class _CachedBlocks(nn.Module):

@@ -8,10 +8,10 @@ import torch
 
 from toolkit.core.errors import BadInputError, require
 from toolkit.merge.deepen import depth_of
+from toolkit.merge.evaluate import evaluate
 from toolkit.merge.models import (
     PlainModel,
     check_same_family,
-    evaluate,
     like,
     load_for_merge,
     parse_model_list,

@@ -23,7 +23,6 @@ import torch
 from toolkit.core.errors import BadInputError, require
 from toolkit.merge.models import PlainModel
 
-DEEPENABLE = ("digits-mlp", "digits-cnn", "hf-gpt2")
 GPT2_BLOCK = re.compile(r"^transformer\.h\.(\d+)\.(.+)$")
 GPT2_ONES = ("ln_1.weight", "ln_2.weight")
 GPT2_ZEROS = ("ln_1.bias", "ln_2.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",

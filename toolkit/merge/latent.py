@@ -28,7 +28,8 @@ from toolkit.core.errors import BadInputError, RunError, require
 from toolkit.merge import chunking
 from toolkit.merge.baselines import average, normalise_weights
 from toolkit.merge.common import finish, load_parents, pick_target, record_depths
-from toolkit.merge.models import PlainModel, evaluate, load_for_merge, parse_model_list
+from toolkit.merge.evaluate import evaluate
+from toolkit.merge.models import PlainModel, load_for_merge, parse_model_list
 from toolkit.merge.projection import lay_out
 from toolkit.merge.vae import LossWeights, VAEShape, WeightVAE, learning_rate, stage_loss, stage_parameters
 

@@ -240,7 +240,8 @@ def run_mergekit(config: MergekitConfig, ctx, translation: Translation, command:
 
     from toolkit.core.errors import require
     from toolkit.merge.common import load_parents, parent_tasks, pick_target
-    from toolkit.merge.models import evaluate, like, save_plain, untied_state
+    from toolkit.merge.evaluate import evaluate
+    from toolkit.merge.models import like, save_plain, untied_state
 
     parents = load_parents(config.models, ctx.device) if len(config.models) > 1 else _one(config.models[0], ctx)
     base = pick_target(parents, config.base, ctx.device) if config.base else parents[0]

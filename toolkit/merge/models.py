@@ -16,6 +16,9 @@ import torch
 
 from toolkit.core.errors import BadInputError, require
 
+# families whose merges may differ in depth: the projection deepens them (toolkit/merge/deepen.py)
+DEEPENABLE = ("digits-mlp", "digits-cnn", "hf-gpt2")
+
 PLAIN_KEY = "iclrkit_plain"
 
 
@@ -119,8 +122,6 @@ def _check_finite(model: PlainModel) -> None:
 def check_same_family(models: list[PlainModel], depths_may_differ: bool = False) -> None:
     """One family and the same parameter names; with `depths_may_differ` (merges that project into a target layout),
     the names may differ in layer count for the families the projection can deepen (toolkit/merge/deepen.py)."""
-    from toolkit.merge.deepen import DEEPENABLE
-
     require(len(models) > 0, "empty model list: give at least two models with --models")
     require(len(models) >= 2, "a merge needs at least two models")
     families = {m.family for m in models}
@@ -170,24 +171,3 @@ def parse_model_list(models: list[str] | str | None) -> list[str]:
                 specs.append(spec)
     require(specs, "empty model list: give the models to merge with --models A,B")
     return specs
-
-
-def evaluate(model: PlainModel, task_a: dict | None, task_b: dict | None) -> dict[str, float]:
-    """Scores on the parents' tasks: digits accuracies (percent) on each parent's classes and on all ten; for
-    language models whose parents name a held-out text (the LM merge zoo), next-token accuracy and perplexity."""
-    from toolkit.merge.digits import FAMILIES, accuracy_on, net_from_state
-
-    if model.hf_model is not None:
-        from toolkit.merge.lmzoo import lm_task_scores
-
-        return lm_task_scores(model, task_a, task_b)
-    if model.family not in FAMILIES:
-        return {}
-    task_a, task_b = ((t or {}).get("classes") for t in (task_a, task_b))
-    net = net_from_state(model.family, model.arch, model.state)
-    scores = {"acc_union": accuracy_on(net)}
-    if task_a is not None:
-        scores["acc_task_a"] = accuracy_on(net, task_a)
-    if task_b is not None:
-        scores["acc_task_b"] = accuracy_on(net, task_b)
-    return scores
