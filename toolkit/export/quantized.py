@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from toolkit.core.errors import BadInputError
+from toolkit.core.registry import register
 
 log = logging.getLogger("iclrkit")
 
@@ -201,3 +202,6 @@ def load_packed_model(directory, device: str = "cpu", dtype=None, kind: str = "c
         log.info("packed model %s: activations fake-quantized to %s bits, KV cache to %s bits (as its run evaluated)",
                  directory, config.get("a_bits"), config.get("kv_bits"))
     return model, tokenizer
+
+
+register("model-format", "iclrkit-packed", detect=is_packed_dir)(load_packed_model)

@@ -180,10 +180,12 @@ def load_model(spec: str, device: str = "cpu", dtype=None, kind: str = "causal-l
     if kind not in classes:
         raise BadInputError(f"unknown model kind '{kind}'")
     source = resolve_model_path(spec)
-    if isinstance(source, Path) and (source / "model.packed.safetensors").is_file():  # a compress run's packed/
-        from toolkit.export.quantized import load_packed_model
+    if isinstance(source, Path):  # formats registered beyond transformers' (e.g. a compress run's packed/)
+        from toolkit.core.registry import registry
 
-        return load_packed_model(source, device, dtype, kind, with_tokenizer)
+        for fmt in registry("model-format"):
+            if fmt.meta["detect"](source):
+                return fmt.obj(source, device, dtype, kind, with_tokenizer)
     if kind == "causal-lm":
         check_causal_lm(source, spec)
     if isinstance(source, Path) and source.is_dir():
