@@ -54,7 +54,16 @@ def collect() -> dict:
                                  .expanduser()),
                   "huggingface": os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))},
         "offline": os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", ""),
+        "broken_families": _broken_families(),
     }
+
+
+def _broken_families() -> dict[str, str]:
+    """Command families whose module failed to import (name -> error): their commands are missing."""
+    import sys
+
+    main = sys.modules.get("cli.main")
+    return dict(getattr(main, "BROKEN_FAMILIES", {}))
 
 
 def _has_cuda_build() -> bool:
@@ -87,4 +96,6 @@ def info(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = 
         table.add_row(f"  {name}", version or "-")
     for name, path in data["cache"].items():
         table.add_row(f"cache {name}", path)
+    for name, error in data["broken_families"].items():
+        table.add_row(f"BROKEN {name}", error)
     Console().print(table)

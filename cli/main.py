@@ -81,8 +81,35 @@ def _register_families() -> None:
             family = importlib.import_module(f"cli.{module}")
         except Exception as exc:  # noqa: BLE001 - a broken family must not take the whole CLI down
             BROKEN_FAMILIES[name] = f"{type(exc).__name__}: {exc}"
+            app.add_typer(broken_family(name, BROKEN_FAMILIES[name]), name=name)
             continue
         app.add_typer(family.app, name=name)
+
+
+def broken_family(name: str, error: str) -> typer.Typer:
+    """Stands in for a family whose module failed to import: any use says why (exit 1) instead of 'No such
+    command'; `iclrkit info` lists it too."""
+    from typer.core import TyperGroup
+
+    message = f"error: the '{name}' commands failed to import: {error} (see `iclrkit info`)"
+
+    def refuse(*_args, **_kwargs) -> None:
+        typer.echo(message, err=True)
+        raise typer.Exit(1)
+
+    class Unavailable(TyperGroup):
+        def get_command(self, ctx, cmd_name):
+            import click
+
+            return click.Command(cmd_name, callback=refuse, add_help_option=False,
+                                 context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+
+        def list_commands(self, ctx):
+            return []
+
+    stub = typer.Typer(cls=Unavailable, help=f"(unavailable: failed to import: {error})", add_completion=False)
+    stub.callback(invoke_without_command=True)(lambda: refuse())
+    return stub
 
 
 _register_families()

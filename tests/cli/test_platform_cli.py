@@ -216,3 +216,17 @@ def test_info_reports_the_thread_count_a_run_would_use(cli, monkeypatch):
     bad = cli(["info"])
     assert bad.exit_code == 2 and bad.stderr.strip().splitlines() == [
         "error: ICLRKIT_THREADS must be at least 1, got 0 (hint: omit it to use torch's default)"]
+
+
+def test_a_family_that_fails_to_import_says_why_and_info_lists_it(monkeypatch):
+    from typer.testing import CliRunner
+
+    import cli.main as main
+    from cli.info import collect
+
+    stub = main.broken_family("widgets", "ImportError: no module named 'gizmo'")
+    result = CliRunner().invoke(stub, ["run", "--anything"])
+    assert result.exit_code == 1
+    assert "the 'widgets' commands failed to import: ImportError: no module named 'gizmo'" in result.stderr
+    monkeypatch.setitem(main.BROKEN_FAMILIES, "widgets", "ImportError: no module named 'gizmo'")
+    assert collect()["broken_families"]["widgets"].startswith("ImportError")
