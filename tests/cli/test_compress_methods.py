@@ -88,3 +88,14 @@ def test_compress_runs_on_every_family(cli, tiny_tokenizer, tmp_path, family):
     metrics = json.loads(result.stdout)["metrics"]
     assert metrics["linears"] > 0
     assert (out / "model" / "config.json").exists()
+
+
+def test_a_clamped_seqlen_and_missing_data_are_said_and_recorded(cli, tiny_llama_dir, tmp_path):
+    out = tmp_path / "clamp"
+    result = cli(["compress", "rtn", "-m", tiny_llama_dir, "--nsamples", "1", "--seqlen", "4096", "--no-rotate",
+                  "--set", "export=none", "--out", out, "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert "--seqlen 4096 clamped to 128" in result.stderr and "no --data given" in result.stderr
+    warnings = json.loads(result.stdout)["warnings"]
+    assert any("clamped to 128" in w for w in warnings) and any("embedded" in w for w in warnings)
+    assert json.loads(result.stdout)["metrics"]["seqlen"] == 128

@@ -58,10 +58,14 @@ def _resolve_rotate(config: CompressConfig, adapter) -> bool:
     return True
 
 
-def _calibration(config, tokenizer, model, seed):
+def _calibration(config, tokenizer, model, seed, ctx=None):
     from toolkit.data.text import calibration_windows, load_text
 
     seqlen = min(config.seqlen, _context(model, config.seqlen))
+    if seqlen < config.seqlen and ctx is not None:  # a silent clamp otherwise: run.json records it under warnings
+        ctx.warn(f"--seqlen {config.seqlen} clamped to {seqlen}, the model's context length")
+    if config.data is None and ctx is not None:
+        ctx.warn("no --data given: calibrating on the embedded sample text (Python's documentation); pass --data")
     return calibration_windows(tokenizer, load_text(config.data), config.nsamples, seqlen, seed)
 
 
@@ -109,7 +113,7 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     adapter = adapter_for(model)
     ctx.inputs["model"] = config.model
     rotate = _resolve_rotate(config, adapter)
-    windows = _calibration(config, tokenizer, model, ctx.seed)
+    windows = _calibration(config, tokenizer, model, ctx.seed, ctx)
     started = time.perf_counter()
     rotation = None
     if rotate:
@@ -340,7 +344,7 @@ def _run_compress_onloaded(config, ctx) -> dict:
     lazy = LazyModel(source, dtype=ctx.torch_dtype or torch.float32)
     tokenizer = load_tokenizer(config.model)
     ctx.inputs["model"] = config.model
-    windows = _calibration(config, tokenizer, lazy.model, ctx.seed)
+    windows = _calibration(config, tokenizer, lazy.model, ctx.seed, ctx)
     out_dir = ctx.path("model") if ctx.out is not None and config.export != "none" else None
     summary: dict = {}
     started = time.perf_counter()
