@@ -70,7 +70,10 @@ def test_plan_within_25_percent_of_measured_peak(kind, tmp_path):
     transformers.AutoModelForCausalLM.from_config(_config(kind)).save_pretrained(tmp_path / "src",
                                                                                   max_shard_size="40KB")
     nsamples, seqlen = 8, 32
-    plan = plan_memory(tmp_path / "src", nsamples=nsamples, seqlen=seqlen, hessian_dtype=torch.float64)
+    # this on_block holds 3 Hessian-sized buffers when it probes and no weight copy (GPTQ's own are counted by the
+    # defaults, 8 and 5, which the scale benchmark checks against RSS)
+    plan = plan_memory(tmp_path / "src", nsamples=nsamples, seqlen=seqlen, hessian_dtype=torch.float64,
+                       hessian_copies=3, weight_copies=0)
     windows = torch.randint(0, 128, (nsamples, seqlen), generator=torch.Generator().manual_seed(0))
     lazy = LazyModel(tmp_path / "src")
     probe = PeakProbe()
@@ -107,7 +110,8 @@ def test_plan_of_a_7b_config_reads_no_weights(tmp_path):
     assert live_tensor_bytes() - before < 10 * 2**20  # the skeleton is on the meta device
     assert 6.6e9 < plan["parameters"] < 6.8e9  # Llama-2-7B: 6.74 B
     assert plan["bytes"]["block_weights"] == 202_383_360 * 4
-    assert plan["bytes"]["hessians"] == 3 * 11008 ** 2 * 4
+    assert plan["bytes"]["hessians"] == 8 * 11008 ** 2 * 4
+    assert plan["bytes"]["solve_weights"] == 5 * 11008 * 4096 * 4
 
 
 def test_plan_of_a_bad_config_is_bad_input(tmp_path):

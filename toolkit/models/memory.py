@@ -5,12 +5,15 @@ The onloaded layer pipeline (toolkit/nn/pipeline.py `run_sequential_onloaded`) h
 outside the blocks, one block, the calibration inputs of that block and either the Hessian work of one linear
 group (calibration + solve) or the block's outputs (propagation):
 
-    peak = resident + block + inputs + max(hessians, outputs) + workspace
+    peak = resident + block + inputs + max(hessians + solve_weights, outputs) + workspace
 
-with inputs = outputs = nsamples × seqlen × hidden × bytes, hessians = copies × (largest in_features)² × bytes
-per group (the accumulator, its damped copy and its Cholesky factor: 3), and workspace one window's forward
-through a block (the MLP's intermediate activations and the attention scores). Without onloading, resident is
-the whole model. On an accelerator the inputs and outputs stay in host memory and one window at a time moves.
+with inputs = outputs = nsamples × seqlen × hidden × bytes; hessians = copies × (largest in_features)² × bytes:
+GPTQ with activation ordering (the compress default) holds 8 at once (the accumulator, the damped H and its
+Cholesky factor, the permuted H and its factor, H⁻¹ and its factor U, one temporary); solve_weights = copies ×
+the largest linear's weight (its solve-dtype copy, the permuted copy, the working copy, the result: 5); workspace
+one window's forward through a block (the MLP's intermediate activations and the attention scores). Without
+onloading, resident is the whole model. On an accelerator the inputs and outputs stay in host memory and one
+window at a time moves.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def skeleton(config_or_dir):
 
 def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu", onload: bool = True,
                 compute_dtype: torch.dtype = torch.float32, hessian_dtype: torch.dtype = torch.float32,
-                hessian_copies: int = 3, save_dtype: torch.dtype | None = None, runtime_bytes: int = 0) -> dict:
+                hessian_copies: int = 8, weight_copies: int = 5, save_dtype: torch.dtype | None = None, runtime_bytes: int = 0) -> dict:
     """Bytes per part and the planned peak per device (`cpu`, or `host` + the accelerator) for calibrating and
     compressing layer by layer; `runtime_bytes` (the process before any tensor: interpreter, torch, kernels) is
     added to the host peak when given (a benchmark measures it)."""
@@ -91,11 +94,14 @@ def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu
                      for group in adapter.sequential_groups())
     intermediate = linear_weight(layers[0].get_submodule(adapter.mlp_down), adapter.conv1d).shape[1]
     heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", 1)
+    largest_weight = max(linear_weight(layers[0].get_submodule(p), adapter.conv1d).numel()
+                         for p in adapter.block_linears())
     parts = {
         "resident_weights": (resident if onload else total) * width,
         "block_weights": block * width,
         "activations": nsamples * seqlen * hidden * width,  # the inputs of one block; its outputs as many again
         "hessians": hessian_copies * largest_in * largest_in * _bytes(hessian_dtype),
+        "solve_weights": weight_copies * largest_weight * _bytes(hessian_dtype),
         "workspace": seqlen * (3 * intermediate + 4 * hidden) * width + heads * seqlen * seqlen * width,
         "output": total * _bytes(save_dtype or compute_dtype),
     }
@@ -104,12 +110,13 @@ def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu
     if accelerator:
         window = seqlen * hidden * width
         device_peak = (parts["resident_weights"] + block_part + 2 * window
-                       + max(parts["hessians"], window) + parts["workspace"])
+                       + max(parts["hessians"] + parts["solve_weights"], window) + parts["workspace"])
         host_peak = 2 * parts["activations"] + parts["block_weights"] + runtime_bytes
         devices = {"host": host_peak, device: device_peak}
     else:
         peak = (parts["resident_weights"] + block_part + parts["activations"]
-                + max(parts["hessians"], parts["activations"]) + parts["workspace"] + runtime_bytes)
+                + max(parts["hessians"] + parts["solve_weights"], parts["activations"]) + parts["workspace"]
+                + runtime_bytes)
         devices = {"cpu": peak}
     return {"model_type": config.model_type, "blocks": len(layers), "parameters": total, "hidden": hidden,
             "largest_in_features": largest_in, "nsamples": nsamples, "seqlen": seqlen, "onload": onload,
