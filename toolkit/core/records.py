@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -52,3 +54,11 @@ class JsonlWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def command_line() -> str:
+    """The real command as typed (sys.argv), quoted so it can be pasted back: what model cards and records name."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name in ("iclrkit", "__main__.py", "main.py"):
+        argv[0] = "iclrkit"
+    return " ".join(shlex.quote(a) for a in argv)

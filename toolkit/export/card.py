@@ -3,9 +3,9 @@ command) and how to serve it (transformers, vLLM for compressed-tensors, llama.c
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
+
+from toolkit.core.records import command_line  # noqa: F401 - re-exported for the export modules
 
 SERVE = {
     "compressed-tensors": (
@@ -28,14 +28,6 @@ SERVE = {
         "`toolkit.compress.packed.load_packed(\"{path}\")` in Python.\n"),
 }
 LIBRARY = {"compressed-tensors": "transformers", "gguf": "gguf", "packed": "iclrkit"}
-
-
-def command_line() -> str:
-    """The real command as typed (sys.argv), quoted so it can be pasted back."""
-    argv = list(sys.argv)
-    if argv and Path(argv[0]).name in ("iclrkit", "__main__.py", "main.py"):
-        argv[0] = "iclrkit"
-    return " ".join(shlex.quote(a) for a in argv)
 
 
 def _rotation(metadata: dict) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from toolkit.core.errors import BadInputError, require
+from toolkit.core.records import command_line
 from toolkit.merge.deepen import depth_of
 from toolkit.merge.evaluate import evaluate
 from toolkit.merge.models import (
@@ -65,7 +66,7 @@ def finish(ctx, parents: list[PlainModel], template: PlainModel, state: dict[str
                 f"the merge produced NaN/Inf in '{name}'")
     merged = like(template, state)
     save_merged(merged, ctx.path("model"), technique, [p.source for p in parents], paper,
-                command="", metadata=metadata)
+                command=command_line(), metadata=metadata)
     task_a, task_b = parent_tasks(parents)
     ctx.metrics.update(evaluate(merged, task_a, task_b))
     for index, parent in enumerate(parents):
@@ -182,6 +183,7 @@ def stream_merge(ctx, kind: str, specs: list[str], base_spec: str | None, techni
     copy_model_files(template.directory, out, {"iclrkit": meta}, dtype=out_dtype)
     (out / "README.md").write_text(CARD.format(title=f"{technique}: merged", technique=technique,
                                                source=" + ".join(str(s) for s in specs), paper=paper or "-",
-                                               command="-", notes="Streamed merge (one tensor at a time)."))
+                                               command=command_line(),
+                                               notes="Streamed merge (one tensor at a time)."))
     ctx.metrics.update({"n_models": len(inputs), "streamed": True,
                         "dtype": str(out_dtype).removeprefix("torch."), "bytes_written": writer.total_bytes})

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from toolkit.core.records import command_line
+
 CARD = """---
 library_name: transformers
 tags: [iclrkit, {technique}]
@@ -63,7 +65,7 @@ def save_model(model, tokenizer, out: Path, *, technique: str, source: str, pape
     if generation is not None and not (out / "generation_config.json").exists():
         generation.save_pretrained(out)
     (out / "README.md").write_text(CARD.format(title=f"{technique}: {Path(str(source)).name}", technique=technique,
-                                               source=source, paper=paper or "-", command=command or "-",
+                                               source=source, paper=paper or "-", command=command or command_line(),
                                                notes=notes))
     return out
 
