@@ -104,7 +104,8 @@ def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
         kind = Optional[base]
     else:
         kind = Optional[str]
-    return Annotated[kind, typer.Option(*decls, help=help_text)], convert
+    # --help renders rich markup: a literal "[" (E[kkᵀ]) must not open a tag
+    return Annotated[kind, typer.Option(*decls, help=help_text.replace("[", "\\["))], convert
 
 
 def _comma_list(flag: str, item: type) -> Callable[[Any], Any]:
@@ -116,7 +117,7 @@ def _comma_list(flag: str, item: type) -> Callable[[Any], Any]:
         try:
             return [item(v) for v in text.split(",") if v.strip()]
         except ValueError:
-            kind = "numbers" if item in (int, float) else "values"
+            kind = {int: "integers", float: "numbers"}.get(item, "values")
             raise BadInputError(f"{flag} expects comma-separated {kind}, got {text!r}") from None
 
     return convert
@@ -142,9 +143,11 @@ def _key_values(flag: str) -> Callable[[Any], Any]:
 def config_command(app: typer.Typer, name: str, *, config: type, run: str | Callable, technique: str, help: str,
                    epilog: str | None = None, flags: list[str] = (), common: tuple[str, ...] = STANDARD,
                    plan: str | Callable | None = None, inputs: Callable[[dict], dict] | None = None,
-                   needs_out: bool = True, optional_out: bool = False, fixed: dict[str, Any] | None = None) -> Callable:
+                   needs_out: bool = True, optional_out: bool = False, fixed: dict[str, Any] | None = None,
+                   execute_with: Callable | None = None) -> Callable:
     """Register `name` on `app`: its options come from `flags` (field names of `config`) plus the common ones;
-    `fixed` config values are set by the command itself (e.g. the estimator a subcommand stands for)."""
+    `fixed` config values are set by the command itself (e.g. the estimator a subcommand stands for);
+    `execute_with` replaces cli._runner.execute (same keywords), e.g. to translate a foreign --config first."""
     params, converters = [], {}
     for field_name in flags:
         annotation, convert = option_for(config, field_name)
@@ -163,8 +166,9 @@ def config_command(app: typer.Typer, name: str, *, config: type, run: str | Call
             typed = {**(fixed or {}), **{k: converters[k](values[k]) for k in converters}}
         except Exception as exc:  # noqa: BLE001 - a bad flag value is reported like every other bad input
             fail(exc)
-        execute(technique=technique, config_cls=config, flags=typed, common=Common.of(values), run=_import(run),
-                inputs=inputs(typed) if inputs else None, plan=_import(plan) if plan else None, needs_out=needs_out)
+        (execute_with or execute)(
+            technique=technique, config_cls=config, flags=typed, common=Common.of(values), run=_import(run),
+            inputs=inputs(typed) if inputs else None, plan=_import(plan) if plan else None, needs_out=needs_out)
 
     command.__name__ = name.replace("-", "_")
     command.__doc__ = help

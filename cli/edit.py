@@ -1,51 +1,28 @@
-"""`iclrkit edit memit|eamet`: mass knowledge editing (MEMIT baseline and EAMET's embedding-aligned values)."""
+"""`iclrkit edit memit|eamet`: mass knowledge editing (MEMIT baseline and EAMET's embedding-aligned values).
+
+Options come from the configs' fields (toolkit/edit/config.py): each knob is declared once, there — e.g. `--steps`
+is MemitConfig.v_num_grad_steps and `--align-kl` EametConfig.cs_factor, named on the field itself."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
-from cli._options import (
-    ConfigOpt,
-    DeviceOpt,
-    DryRunOpt,
-    DtypeOpt,
-    JsonOpt,
-    OutOpt,
-    OverwriteOpt,
-    SeedOpt,
-    SetOpt,
-)
+from cli._fields import STANDARD, config_command
 from cli._runner import Common, execute
+from toolkit.edit.config import EametConfig, MemitConfig
 
 app = typer.Typer(no_args_is_help=True, help="Edit facts stored in a language model.")
-
-FactsOpt = Annotated[str, typer.Option("--data", "-d", help="Facts: CounterFact/zsRE .json (ROME or EasyEdit "
-                                                             "schema) or .jsonl {prompt, subject, target_new}.")]
-NEditsOpt = Annotated[int | None, typer.Option("--n-edits", "-n", help="Edit the first N facts (default: all).")]
-LayersOpt = Annotated[str | None, typer.Option("--layers", help="Edit layers, comma separated, e.g. 3,4.")]
-BatchOpt = Annotated[int | None, typer.Option("--batch-size", help="Sequential batched editing: facts per "
-                                                                      "update (default: all in one update).")]
-LambdaOpt = Annotated[float | None, typer.Option("--mom2-weight", help="λ of the covariance term.")]
-CovOpt = Annotated[str | None, typer.Option("--cov-data", help="Text for the key covariance (default: embedded).")]
-StepsOpt = Annotated[int | None, typer.Option("--steps", help="Value optimisation steps per fact.")]
-ValuesOpt = Annotated[str | None, typer.Option("--values", help="Reuse the δ of an earlier run (its out dir or "
-                                                                 "values.safetensors; same model, facts, layers): "
-                                                                 "redo only the insertion, e.g. to sweep λ.")]
+COMMON = (*STANDARD, "dtype")
+FLAGS = ["data", "model", "n_edits", "layers", "batch_size", "mom2_update_weight", "cov_data", "v_num_grad_steps",
+         "values"]
 
 
-EditModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model: local path, hub id, or zoo:NAME "
-                                                                         "(default: an EasyEdit --config's "
-                                                                         "model_name).")]
-
-
-def _edit(technique: str, config_cls, run, plan, flags: dict, common: Common) -> None:
+def _execute_easyedit(*, common: Common, **kwargs) -> None:
     """`--config` may be an EasyEdit hparams YAML (it has `alg_name`): translated to this command's keys."""
     import tempfile
     from pathlib import Path
 
-    translated = _easyedit(common, technique.split(".")[-1])
+    translated = _easyedit(common, kwargs["technique"].split(".")[-1])
     try:
         if translated is not None:
             import yaml
@@ -54,8 +31,7 @@ def _edit(technique: str, config_cls, run, plan, flags: dict, common: Common) ->
                 yaml.safe_dump(translated, handle)
             common.extra_inputs["hparams"] = str(common.config)
             common.config = Path(handle.name)
-        execute(technique=technique, config_cls=config_cls, flags=flags, common=common, run=run,
-                inputs={"model": flags["model"], "data": flags["data"]}, plan=plan)
+        execute(common=common, **kwargs)
     finally:
         if translated is not None:
             common.config.unlink(missing_ok=True)
@@ -79,42 +55,19 @@ def _easyedit(common: Common, command: str) -> dict | None:
         fail(exc)
 
 
-@app.command("memit", help="MEMIT: closed-form multi-layer insertion of many facts at once.",
-             epilog="Examples: iclrkit edit memit -m zoo:smollm2-135m -d zsre_mend_train-1k.json -n 100 -o runs/memit "
-                    "| iclrkit edit memit -m ./gpt2 -d facts.jsonl --layers 3,4 --batch-size 100 -o out | "
-                    "iclrkit edit memit -m ./gpt2-xl -d knowedit.json --config EasyEdit/hparams/MEMIT/gpt2-xl.yaml "
-                    "-o out")
-def memit(data: FactsOpt, model: EditModelOpt = None, n_edits: NEditsOpt = None, layers: LayersOpt = None,
-          batch_size: BatchOpt = None, mom2_weight: LambdaOpt = None, cov_data: CovOpt = None,
-          steps: StepsOpt = None, values: ValuesOpt = None, out: OutOpt = None, config: ConfigOpt = None,
-          set_: SetOpt = None, seed: SeedOpt = None, device: DeviceOpt = None, dtype: DtypeOpt = None,
-          dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False) -> None:
-    from toolkit.edit.memit import MemitConfig, plan, run_memit
+config_command(
+    app, "memit", config=MemitConfig, run="toolkit.edit.memit:run_memit", plan="toolkit.edit.memit:plan",
+    technique="edit.memit", help="MEMIT: closed-form multi-layer insertion of many facts at once.",
+    epilog="Examples: iclrkit edit memit -m zoo:smollm2-135m -d zsre_mend_train-1k.json -n 100 -o runs/memit | "
+           "iclrkit edit memit -m ./gpt2 -d facts.jsonl --layers 3,4 --batch-size 100 -o out | "
+           "iclrkit edit memit -m ./gpt2-xl -d knowedit.json --config EasyEdit/hparams/MEMIT/gpt2-xl.yaml -o out",
+    flags=FLAGS, common=COMMON, inputs=lambda f: {"model": f["model"], "data": f["data"]},
+    execute_with=_execute_easyedit)
 
-    _edit("edit.memit", MemitConfig, run_memit, plan,
-          {"model": model, "data": data, "n_edits": n_edits, "layers": layers, "batch_size": batch_size,
-           "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps, "values": values},
-          Common.of(locals()))
-
-
-@app.command("eamet", help="EAMET: MEMIT whose values are aligned with the key similarity structure.",
-             epilog="Examples: iclrkit edit eamet -m zoo:smollm2-135m -d zsre_mend_train-1k.json -n 1000 -o runs/eamet "
-                    "| iclrkit edit eamet -m ./llama -d counterfact.json --set cs_factor=0 --set mse_factor=0 -o out")
-def eamet(data: FactsOpt, model: EditModelOpt = None, n_edits: NEditsOpt = None, layers: LayersOpt = None,
-          batch_size: BatchOpt = None, mom2_weight: LambdaOpt = None, cov_data: CovOpt = None,
-          steps: StepsOpt = None, values: ValuesOpt = None,
-          tau: Annotated[float | None, typer.Option(help="Softmax temperature of the similarities.")] = None,
-          top_m: Annotated[int | None, typer.Option(help="Key neighbours in the weighted MSE.")] = None,
-          align_kl: Annotated[float | None, typer.Option(help="Weight of KL(P_k ‖ P_r) (cs_factor).")] = None,
-          align_mse: Annotated[float | None, typer.Option(help="Weight of the weighted MSE (mse_factor).")] = None,
-          out: OutOpt = None, config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None,
-          device: DeviceOpt = None, dtype: DtypeOpt = None, dry_run: DryRunOpt = False, json_: JsonOpt = False,
-          overwrite: OverwriteOpt = False) -> None:
-    from toolkit.edit.eamet import EametConfig, run_eamet
-    from toolkit.edit.memit import plan
-
-    _edit("edit.eamet", EametConfig, run_eamet, plan,
-          {"model": model, "data": data, "n_edits": n_edits, "layers": layers, "batch_size": batch_size,
-           "mom2_update_weight": mom2_weight, "cov_data": cov_data, "v_num_grad_steps": steps, "values": values,
-           "tau": tau, "top_m": top_m, "cs_factor": align_kl, "mse_factor": align_mse},
-          Common.of(locals()))
+config_command(
+    app, "eamet", config=EametConfig, run="toolkit.edit.eamet:run_eamet", plan="toolkit.edit.memit:plan",
+    technique="edit.eamet", help="EAMET: MEMIT whose values are aligned with the key similarity structure.",
+    epilog="Examples: iclrkit edit eamet -m zoo:smollm2-135m -d zsre_mend_train-1k.json -n 1000 -o runs/eamet | "
+           "iclrkit edit eamet -m ./llama -d counterfact.json --set cs_factor=0 --set mse_factor=0 -o out",
+    flags=[*FLAGS, "tau", "top_m", "cs_factor", "mse_factor"], common=COMMON,
+    inputs=lambda f: {"model": f["model"], "data": f["data"]}, execute_with=_execute_easyedit)

@@ -96,4 +96,4 @@ def test_comma_style_lists():
     ok = CliRunner().invoke(app, ["c", "--n", "3,4", "--json"], catch_exceptions=False)
     assert ok.exit_code == 0 and SEEN["config"].sizes == [3, 4]
     bad = CliRunner().invoke(app, ["c", "--n", "3,x"], catch_exceptions=False)
-    assert bad.exit_code == 2 and "comma-separated numbers" in bad.stderr
+    assert bad.exit_code == 2 and "comma-separated integers" in bad.stderr

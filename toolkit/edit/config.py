@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from toolkit.core.config import BaseConfig
+from toolkit.core.fields import data_field
 
 
 class MemitConfig(BaseConfig):
@@ -14,18 +15,26 @@ class MemitConfig(BaseConfig):
 
     Paper https://arxiv.org/abs/2210.07229, code https://github.com/kmeng01/memit."""
 
-    model: str
-    data: str  # CounterFact / zsRE / EasyEdit .json or simple .jsonl facts
-    n_edits: int | None = None  # first N records (None: all)
-    layers: list[int] | None = None  # edit layers R; None: [3, 4] with >= 8 blocks, else the middle two
-    mom2_update_weight: float = 15000.0  # λ in (λC + KKᵀ)
-    cov_data: str = "embedded"  # text for C = E[kkᵀ]: .txt, .jsonl[:field], embedded, hub id
+    model: str = Field(description="Model: local path, hub id, or zoo:NAME (default: an EasyEdit --config's "
+                                   "model_name).", json_schema_extra={"short": "-m"})
+    data: str = data_field(..., description="Facts: CounterFact/zsRE .json (ROME or EasyEdit schema) or .jsonl "
+                                            "{prompt, subject, target_new}.")
+    n_edits: int | None = Field(None, description="Edit the first N facts (default: all).",
+                                json_schema_extra={"short": "-n"})
+    # None: [3, 4] with >= 8 blocks, else the middle two
+    layers: list[int] | None = Field(None, description="Edit layers, e.g. 3,4.",
+                                     json_schema_extra={"style": "comma"})
+    mom2_update_weight: float = Field(15000.0, description="λ of the covariance term (λC + KKᵀ).",
+                                      json_schema_extra={"flag": "--mom2-weight"})
+    cov_data: str = Field("embedded", description="Text for the key covariance C = E[kkᵀ]: .txt, .jsonl[:field], "
+                                                  "embedded, hub id.")
     cov_tokens: int = 100_000  # tokens streamed for C
     cov_seqlen: int = 128
     stats_dir: str | None = None  # covariance cache; None: $ICLRKIT_CACHE_DIR/edit-stats or ~/.cache/iclrkit/...
     context_prefixes: int = 10  # model-generated prefixes added to the bare "{}" template
     prefix_tokens: int = 10
-    v_num_grad_steps: int = 25
+    v_num_grad_steps: int = Field(25, description="Value optimisation steps per fact.",
+                                  json_schema_extra={"flag": "--steps"})
     v_lr: float = 0.5
     kl_factor: float = 0.0625  # KL on "{subject} is a" keeps the subject's essence
     v_weight_decay: float = 0.5  # MEMIT's wd · ‖δ‖ / ‖h‖²
@@ -33,14 +42,17 @@ class MemitConfig(BaseConfig):
     clamp: Literal["h", "ks"] = "h"  # project ‖δ‖ ≤ clamp_factor·‖h‖ (MEMIT) or ·‖k‖ (EAMET fix_ks)
     clamp_factor: float = 0.75
     early_stop_loss: float = 5e-2  # a request stops once its loss is below this
-    batch_size: int | None = None  # sequential batched editing: requests per MEMIT update (None: all at once)
+    batch_size: int | None = Field(None, description="Sequential batched editing: facts per update (default: all "
+                                                     "in one update).")
     opt_batch: int = 32  # MEMIT: requests whose δ are optimised together (EAMET: one at a time, see optimise_values)
     eval_batch: int = 64
     eval_before: bool = True  # also score the unedited model (baselines)
     fluency_samples: int = 50  # requests whose generation prompts are sampled for the n-gram entropy
     fluency_tokens: int = 50
     save_model: bool = True
-    values: str | None = None  # values.safetensors of an earlier run (same model, facts, templates, layers): skip δ
+    values: str | None = Field(None, description="Reuse the δ of an earlier run (its out dir or values.safetensors; "
+                                                 "same model, facts, layers): redo only the insertion, e.g. to sweep "
+                                                 "λ.")
 
     @field_validator("layers", mode="before")
     @classmethod
@@ -52,3 +64,20 @@ class MemitConfig(BaseConfig):
             except ValueError:
                 raise ValueError(f"expected comma-separated integers, got {value!r}") from None
         return value
+
+
+class EametConfig(MemitConfig):
+    """EAMET defaults from the official hparams/EAMET/*.json (LLaMA3-8B λ, clamp of LLaMA2/3) and general.sh."""
+
+    mom2_update_weight: float = 15000.0
+    init: Literal["zero", "target"] = "target"
+    clamp: Literal["h", "ks"] = "ks"
+    clamp_factor: float = 2.0  # clamp_ks_factor
+    v_weight_decay: float = 0.0  # norm_factor = 0: only the projection bounds ‖δ‖
+    early_stop_loss: float = 1e-2
+    cs_factor: float = Field(2.0, description="Weight of KL(P_k ‖ P_r) (cs_factor).",
+                             json_schema_extra={"flag": "--align-kl"})
+    mse_factor: float = Field(8.0, description="Weight of the top-M weighted MSE (mse_factor).",
+                              json_schema_extra={"flag": "--align-mse"})
+    tau: float = Field(0.07, description="Softmax temperature of the similarities.")
+    top_m: int = Field(50, description="Key neighbours in the weighted MSE.")

@@ -17,29 +17,13 @@ neighbours here; the official code starts each batch afresh.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
 
-from toolkit.edit.memit import MemitConfig, run_editing
+from toolkit.edit.config import EametConfig
+from toolkit.edit.memit import run_editing
 
 PAPER = "https://arxiv.org/abs/2505.11876"
-
-
-class EametConfig(MemitConfig):
-    """EAMET defaults from the official hparams/EAMET/*.json (LLaMA3-8B λ, clamp of LLaMA2/3) and general.sh."""
-
-    mom2_update_weight: float = 15000.0
-    init: Literal["zero", "target"] = "target"
-    clamp: Literal["h", "ks"] = "ks"
-    clamp_factor: float = 2.0  # clamp_ks_factor
-    v_weight_decay: float = 0.0  # norm_factor = 0: only the projection bounds ‖δ‖
-    early_stop_loss: float = 1e-2
-    cs_factor: float = 2.0  # weight of KL(P_k ‖ P_r)
-    mse_factor: float = 8.0  # weight of the top-M weighted MSE
-    tau: float = 0.07
-    top_m: int = 50
 
 
 def masked_log_softmax(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
