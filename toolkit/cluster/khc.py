@@ -32,11 +32,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
-from pydantic import Field
 
+from toolkit.cluster.config import KhcConfig, KhcGenerateConfig
 from toolkit.cluster.khc_data import check_instance, load_points, planted_instance
 from toolkit.cluster.khc_heuristic import (
     PlaneFit,
@@ -44,44 +43,11 @@ from toolkit.cluster.khc_heuristic import (
     fit_assignment,
     k_planes,
 )
-from toolkit.cluster.khc_model import FORMULATIONS, Formulation, add_warm_start, build_model, model_size, spread_order
-from toolkit.core.config import BaseConfig
+from toolkit.cluster.khc_model import FORMULATIONS, add_warm_start, build_model, model_size, spread_order
 from toolkit.core.errors import RunError, require
 
 __all__ = ["FORMULATIONS", "KhcConfig", "KhcGenerateConfig", "KhcResult", "load_points", "plan", "run", "run_generate",
            "solve"]
-
-
-
-class KhcConfig(BaseConfig):
-    """`iclrkit cluster khc solve`: k-HC2 to proven optimality (SCIP) or by the k-planes heuristic alone."""
-
-    data: str                                  # points: .csv (one row per point, optional header) or .npy (n x d)
-    k: int = 2                                 # number of hyperplanes, 1 <= k <= n (checked against the data)
-    formulation: Formulation = "inf"           # plain = k-HC(2,1); inf = (1, 1/sqrt d); one = (inf, 1); multi = both
-    heuristic_only: bool = False               # skip SCIP; report the best k-planes solution
-    time_limit: float = Field(600.0, gt=0)     # seconds (SCIP limits/time)
-    gap: float = Field(0.0, ge=0)              # stop at this relative primal-dual gap (limits/gap); 0 = prove optimum
-    node_limit: int = Field(-1, ge=-1)         # B&B node limit (limits/nodes); -1 = none
-    threads: int = Field(1, ge=1)              # > 1 runs SCIP's concurrent solver (racing settings)
-    restarts: int = Field(100, ge=1)           # k-planes restarts for the warm start / upper bound
-    warm_start: bool = True                    # hand the heuristic solution to SCIP as incumbent (a cutoff)
-    norm_branch_priority: bool = True          # branch on the norm binaries u/s first (Prop 4)
-    tighten: bool = False                      # ours, beyond the paper: data big-M, ||w||_2 <= 1, orbitopal
-                                               # symmetry breaking, cluster sizes, spread point order (see
-                                               # build_model); valid (keeps an optimum), often fewer nodes
-    plot: bool = True                          # write plot.png for d = 2 or 3
-
-
-class KhcGenerateConfig(BaseConfig):
-    """`iclrkit cluster khc generate`: planted instance (paper §5 generator) with noise and outliers."""
-
-    n: int = 30                                # points
-    d: int = 2                                 # dimension
-    k: int = 3                                 # planted hyperplanes
-    noise: float = 0.003                       # max orthogonal noise variance; each plane draws U[0.7 noise, noise]
-    outlier_fraction: float = 0.0              # share of points replaced by uniform points in the bounding box
-    format: Literal["csv", "npy"] = "csv"
 
 
 

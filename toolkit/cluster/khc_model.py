@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
+from toolkit.cluster.config import Formulation  # noqa: F401 - declared once, with the config
 from toolkit.cluster.khc_data import Box
 from toolkit.cluster.khc_heuristic import (
     PlaneFit,
@@ -18,7 +18,6 @@ from toolkit.cluster.khc_heuristic import (
 )
 from toolkit.core.errors import require
 
-Formulation = Literal["plain", "one", "inf", "multi"]
 FORMULATIONS: tuple[str, ...] = ("plain", "one", "inf", "multi")
 NORM_BRANCH_PRIORITY = 100  # branch on u/s before x (Props 3-4: the norm binaries decide the bound)
 
