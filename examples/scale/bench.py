@@ -74,8 +74,8 @@ def write_random_model(path: Path, config: dict, seed: int, tokenizer=None) -> d
     """Random N(0, 0.02) weights (norms 1) in bf16, one tensor at a time into 1 GB shards."""
     import torch
 
-    from toolkit.models.lazy import ShardWriter
     from toolkit.models.memory import skeleton
+    from toolkit.models.shards import ShardWriter
 
     started = time.perf_counter()
     model = skeleton(config)

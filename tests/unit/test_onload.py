@@ -173,7 +173,7 @@ def test_shard_writer_streams_in_the_planned_layout(tmp_path):
     from safetensors.torch import load_file
 
     from toolkit.core.errors import RunError
-    from toolkit.models.lazy import ShardWriter
+    from toolkit.models.shards import ShardWriter
 
     tensors = {"a": torch.randn(3, 5), "b": torch.arange(7), "c": torch.randn(4).bfloat16(), "d": torch.tensor(True)}
     layout = [(k, v.dtype, tuple(v.shape)) for k, v in tensors.items()]

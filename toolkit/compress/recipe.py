@@ -42,6 +42,17 @@ def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
     return method.obj(LinearJob(W, hessian_raw, hessian, config))
 
 
+def resolve_actorder(config, rotate: bool, ctx=None):
+    """actorder=auto → static on unrotated models, none on rotated ones (measured on SmolLM2, RESULTS.md); the
+    effective value is recorded in the metrics."""
+    if getattr(config, "actorder", None) != "auto":
+        return config
+    config = config.model_copy(update={"actorder": "none" if rotate else "static"})
+    if ctx is not None:
+        ctx.metrics["actorder"] = config.actorder
+    return config
+
+
 def _resolve_rotate(config: CompressConfig, adapter) -> bool:
     from toolkit.compress.rotation import check_rotatable
 
@@ -113,6 +124,7 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     adapter = adapter_for(model)
     ctx.inputs["model"] = config.model
     rotate = _resolve_rotate(config, adapter)
+    config = resolve_actorder(config, rotate, ctx)
     windows = _calibration(config, tokenizer, model, ctx.seed, ctx)
     started = time.perf_counter()
     rotation = None
@@ -329,11 +341,13 @@ def _run_compress_onloaded(config, ctx) -> dict:
     import torch
 
     from toolkit.core.context import warn_and_record
-    from toolkit.models.lazy import LazyModel, copy_model_files
+    from toolkit.models.lazy import LazyModel
     from toolkit.models.save import CARD
+    from toolkit.models.shards import copy_model_files
     from toolkit.models.source import load_tokenizer
 
     source = _onload_source(config)
+    config = resolve_actorder(config, False, ctx)
     if config.rotate is None:
         warn_and_record("onload=true compresses unrotated (rotation needs the whole model)")
     if config.eval_data:

@@ -113,8 +113,9 @@ def stream_merge(ctx, kind: str, specs: list[str], base_spec: str | None, techni
     import json
 
     from toolkit.merge import baselines
-    from toolkit.models.lazy import SafetensorsIndex, ShardWriter, copy_model_files
+    from toolkit.models.lazy import SafetensorsIndex
     from toolkit.models.save import CARD
+    from toolkit.models.shards import ShardWriter, copy_model_files
 
     require(len(specs) >= 2, "a merge needs at least two models")
     require(dtype == "auto" or dtype in DTYPES, f"dtype must be auto, {', '.join(DTYPES)}; got {dtype!r}")

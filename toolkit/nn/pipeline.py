@@ -241,7 +241,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
     (blocks, seconds per block, bytes written)."""
     import time
 
-    from toolkit.models.lazy import ShardWriter
+    from toolkit.models.shards import ShardWriter
 
     rank, _ = dist_info()
     writer = None
