@@ -101,12 +101,12 @@ def bench(
     repeats: Annotated[int | None, typer.Option(help="Timed repeats per layer (median).")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Optional directory for bench.json.")] = None,
-    config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None, dry_run: DryRunOpt = False,
-    json_: JsonOpt = False, overwrite: OverwriteOpt = False,
+    config: ConfigOpt = None, set_: SetOpt = None, seed: SeedOpt = None, device: DeviceOpt = None,
+    dry_run: DryRunOpt = False, json_: JsonOpt = False, overwrite: OverwriteOpt = False,
 ) -> None:
     from toolkit.segment.run import BenchConfig, run_bench
 
     execute(technique="segment.mbunet.bench", config_cls=BenchConfig,
             flags={"model": model, "size": size, "repeats": repeats, "threads": threads},
-            common=Common.of(locals(), device='cpu'),
+            common=Common.of(locals(), device=device or "cpu"),
             run=run_bench, inputs={"model": model}, plan=_plan, needs_out=False)
