@@ -55,17 +55,23 @@ def _make_run(model: str, data: str, out: Path) -> Path:
 
 
 def _greedy(model, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    """Greedy continuation token ids (transformers generate, KV cache on, no sampling)."""
     import torch
 
     outputs = []
-    for ids in prompts:
-        sequence = list(ids)
-        with torch.no_grad():
-            for _ in range(new_tokens):
-                logits = model(torch.tensor([sequence])).logits[0, -1]
-                sequence.append(int(logits.argmax()))
-        outputs.append(sequence[len(ids):])
+    with torch.no_grad():
+        for ids in prompts:
+            sequence = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                      max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                                      pad_token_id=0)
+            outputs.append([int(t) for t in sequence[0, len(ids):]])
     return outputs
+
+
+def _log(message: str, started: float) -> None:
+    import time
+
+    print(f"[{time.perf_counter() - started:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 def _compressed_tensors_reload(q, model, prompts: list[list[int]], out: Path) -> dict:
@@ -112,11 +118,14 @@ def main() -> None:
     parser.add_argument("--model", default="zoo:smollm2-135m")
     parser.add_argument("--data", default=os.environ.get("ICLRKIT_DATA", str(ROOT.parent / "shared" / "data"))
                         + "/wikitext-2/valid.txt")
-    parser.add_argument("--new-tokens", type=int, default=24)
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--with-ct", action="store_true", help="also reload a compressed-tensors export")
     parser.add_argument("--python", default=str(ROOT / ".venv-llamacpp" / "bin" / "python"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", help="write the JSON report here too")
     args = parser.parse_args()
+
+    import time
 
     import torch
 
@@ -126,27 +135,35 @@ def main() -> None:
     from toolkit.export.run import provenance, resolve_packed
 
     torch.set_num_threads(args.threads)
+    started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="iclrkit-llamacpp-"))
     run = Path(args.run) if args.run else _make_run(args.model, args.data, work / "run")
     packed, record = resolve_packed(run)
     q = from_packed(packed, provenance(record))
     summary = save_gguf(q, work / "gguf")
     gguf_path = work / "gguf" / summary["file"]
-    model, tokenizer = load_packed(packed)
+    _log(f"exported {gguf_path} ({summary['size_mb']} MB)", started)
+    tokenizer = q.tokenizer
     prompts = [tokenizer(p)["input_ids"] for p in PROMPTS]
+    spec = {"gguf": str(gguf_path), "prompts": prompts, "new_tokens": args.new_tokens, "threads": args.threads}
+    done = subprocess.run([args.python, "-c", LLAMACPP], input=json.dumps(spec), capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"llama.cpp run failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else '?'}")
+    served = json.loads(done.stdout.strip().splitlines()[-1])
+    _log("llama.cpp continuations done", started)
+    model, _ = load_packed(packed, with_tokenizer=False)
     reference = _greedy(model, prompts, args.new_tokens)
-    ct_check = _compressed_tensors_reload(q, model, prompts, work / "ct")
+    _log("in-memory continuations done", started)
     with torch.no_grad():
         for path, grid in q.linears.items():
             module = model.get_submodule(path)
             if getattr(module, "iclrkit_online_rotation", None) is None:  # GGUF keeps rotated down_proj float
                 module.weight.copy_(grid.codes.float() * grid.scales.half().float())
     fp16_scales = _greedy(model, prompts, args.new_tokens)
-    spec = {"gguf": str(gguf_path), "prompts": prompts, "new_tokens": args.new_tokens, "threads": args.threads}
-    done = subprocess.run([args.python, "-c", LLAMACPP], input=json.dumps(spec), capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"llama.cpp run failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else '?'}")
-    served = json.loads(done.stdout.strip().splitlines()[-1])
+    _log("fp16-scale continuations done", started)
+    del model
+    ct_check = _compressed_tensors_reload(q, q.model, prompts, work / "ct") if args.with_ct else {"skipped": "off"}
+    _log("compressed-tensors check done", started)
     vs_memory, vs_fp16 = _agreement(served, reference), _agreement(served, fp16_scales)
     report = {"packed": str(packed), "gguf": str(gguf_path), "gguf_mb": summary["size_mb"],
               "compressed_tensors_reload": ct_check,
