@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-METHODS = {"ours": "GPTQ", "peer": "llm-compressor GPTQ", "ours2": "SparseGPT -> GPTQ two-stage (ours)",
+METHODS = {"ours": "GPTQ", "ours1": "GPTQ", "peer": "llm-compressor GPTQ", "ours2": "SparseGPT -> GPTQ two-stage (ours)",
            "peer2": "llm-compressor SparseGPT -> GPTQ two-stage"}
 
 
@@ -32,11 +32,13 @@ def rows(out: Path, threads: int) -> list[dict]:
                       "group_size": None if group == "gnone" else int(group[1:]), "actorder": order,
                       "threads": metrics.get("threads", threads), "seconds": round(metrics["compress_seconds"], 1),
                       "ppl": round(metrics["ppl"], 3), "seed": record.get("seed", 0),
-                      "sparsity": metrics.get("sparsity")})
+                      "sparsity": metrics.get("sparsity"),
+                      "true_sequential": record.get("config", {}).get("true_sequential", who != "ours1")
+                      if not who.startswith("peer") else False})
     return found
 
 
-KEY = ("model", "setting", "method", "rotate", "group_size", "actorder")
+KEY = ("model", "setting", "method", "rotate", "group_size", "actorder", "true_sequential")
 
 
 def merge(committed: Path, found: list[dict]) -> None:
@@ -51,12 +53,13 @@ def main(out: Path, threads: int, committed: Path | None = None) -> None:
     (out / "results.json").write_text(json.dumps({"rows": found}, indent=2))
     if committed is not None:
         merge(committed, found)
-    print("| setting | method | rotate | group | actorder | ppl | seconds | sparsity |")
-    print("|---|---|---|---|---|---:|---:|---:|")
+    print("| setting | method | rotate | group | actorder | calibration | ppl | seconds | sparsity |")
+    print("|---|---|---|---|---|---|---:|---:|---:|")
     for r in found:
         group = r["group_size"] or "channel"
+        schedule = {True: "per group", False: "one pass/block"}.get(r.get("true_sequential"), "-")
         print(f"| {r['setting']} | {r['method']} | {'yes' if r['rotate'] else 'no'} | {group} | {r['actorder']} | "
-              f"{r['ppl']:.2f} | {r['seconds']:.1f} | {r['sparsity']} |")
+              f"{schedule} | {r['ppl']:.2f} | {r['seconds']:.1f} | {r['sparsity']} |")
 
 
 if __name__ == "__main__":

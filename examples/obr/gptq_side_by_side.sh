@@ -6,7 +6,8 @@
 # of test with toolkit.eval.perplexity, one thread each, runs one after the other (nice).
 # Writes runs/repro-obr-gptq/<row>/run.json and runs/repro-obr-gptq/results.json; prints a Markdown table.
 # ROWS picks rows (default: all, most important first); finished rows are reused (FRESH=1 recomputes).
-#   row = WHO-rROTATE-gGROUP-ACTORDER, WHO in ours|peer (GPTQ) or ours2|peer2 (two-stage, 50% sparse)
+#   row = WHO-rROTATE-gGROUP-ACTORDER, WHO in ours|peer (GPTQ) or ours2|peer2 (two-stage, 50% sparse), or
+#   ours1 (our GPTQ with true_sequential=false: one calibration forward per block, as llm-compressor schedules it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/repro-obr-gptq}
@@ -62,6 +63,7 @@ for row in $ROWS; do
   [ "$group" != none ] && flags="$flags --group-size $group"
   case $who in
     ours) $CLI compress gptq $COMMON $flags --out "$dir" > /dev/null ;;
+    ours1) $CLI compress gptq $COMMON $flags --set true_sequential=false --out "$dir" > /dev/null ;;
     ours2) $CLI compress sparsegpt-gptq $COMMON $flags --sparsity 0.5 --out "$dir" > /dev/null ;;
     peer|peer2)
       [ "$rot" = 1 ] && { echo "peer rows are unrotated only: skipping $row" >&2; continue; }
