@@ -19,17 +19,20 @@ if [[ " $PARTS " == *" kb "* ]]; then
 rm -rf "$OUT"/{setup,index,synth-*,cand,dev-*,test-*,selection.json}
 KB_SEED=${KB_SEED:-1}  # seed 0 was the development KB of rounds 1-3; seed 1 is new
 # SETUP_FROM=DIR reuses the base model of an earlier setup run (same seed and arguments) instead of pretraining again.
-# Pretraining in two rounds of 3 epochs (the second continues the first with a fresh schedule: after the first the
-# base could not yet copy entity names; see RESULTS.md).
+# Pretraining in three rounds (each continues the previous one with a fresh schedule; why: RESULTS.md): 3 epochs,
+# 3 more epochs, then 2 epochs with decomposition demonstrations whose hops reach KB entities more often.
 SETUP=(nice -n 10 .venv/bin/python examples/deeprag/setup_kb.py --seed "$KB_SEED" --epochs 3 --reading 2000
        --repeat 25 --chain-repeat 10 --reader 1000 --decompositions 1000 --bucket 20)
 if [[ -n "${SETUP_FROM:-}" ]]; then
   "${SETUP[@]}" --out "$OUT/setup" --base-from "$SETUP_FROM" ${SETUP_ARGS:-} >/dev/null
 else
-  rm -rf "$OUT/setup-round1"
+  rm -rf "$OUT"/setup-round{1,2}
   "${SETUP[@]}" --out "$OUT/setup-round1" ${SETUP_ARGS:-} >/dev/null
-  "${SETUP[@]}" --out "$OUT/setup" --init-from "$OUT/setup-round1" ${SETUP_ARGS:-} >/dev/null
+  "${SETUP[@]}" --out "$OUT/setup-round2" --init-from "$OUT/setup-round1" ${SETUP_ARGS:-} >/dev/null
+  "${SETUP[@]}" --out "$OUT/setup" --init-from "$OUT/setup-round2" --epochs 2 --decompositions 1500 \
+    --kb-object-fraction 0.6 ${SETUP_ARGS:-} >/dev/null
 fi
+ln -sf val.jsonl "$OUT/setup/dev.jsonl"  # setup_kb.py calls the dev split val.jsonl
 stamp "base model trained (KB seed $KB_SEED)"
 "${IK[@]}" rag deeprag index --corpus "$OUT/setup/corpus.jsonl" -o "$OUT/index" >/dev/null
 # Synthesis under the few-shot decomposition prompt of the setup (synth.yaml); trajectories and pairs are written
@@ -51,6 +54,12 @@ dpo() {  # dpo SYNTH FROM NAME BETA LR
 evaluate() {  # evaluate SPLIT CANDIDATE METHODS
   "${N[@]}" "${RUN[@]}" -m "$OUT/cand/$2/model" -d "$OUT/setup/$1.jsonl" --methods "$3" -o "$OUT/$1-$2" >/dev/null
 }
+# DeepRAG candidates are run with the model deciding; the baselines with their own policy; on test the chosen model
+# is also forced to always / never retrieve (same model, for reference).
+methods_of() { case $1 in always-*) echo always ;; never-*) echo never ;; "${2:-}") echo deeprag,always,never ;;
+               *) echo deeprag ;; esac; }
+# dev evaluation right after each candidate is trained (inside its lane)
+trained() { evaluate dev "$1" "$(methods_of "$1")"; }
 # Lane 1: the paper's method. Stage I on the minimum-retrieval paths, stage II (chain of calibration) at each DPO
 # setting of DPO_GRID (8 epochs = the paper's count); the headline is chosen among these on dev.
 lane_paper() {
@@ -58,8 +67,9 @@ lane_paper() {
   sft paper paper-sft
   for dpo in ${DPO_GRID:-b0.4-lr5e-6 b0.1-lr5e-5}; do
     local beta=${dpo%%-*} lr=${dpo##*-lr}
-    dpo paper paper-sft paper-dpo-$dpo "${beta#b}" "$lr" &
+    (dpo paper paper-sft paper-dpo-$dpo "${beta#b}" "$lr" && trained paper-dpo-$dpo) &
   done
+  trained paper-sft
   wait
 }
 # Lane 2 (ours, extension): the evidence-checked search, stage I + stage II at the paper's beta.
@@ -67,31 +77,24 @@ lane_evidence() {
   synth evidence --set parametric_check=evidence
   sft evidence evidence-sft
   dpo evidence evidence-sft evidence-dpo-b0.4-lr5e-6 0.4 5e-6
+  trained evidence-dpo-b0.4-lr5e-6
+  trained evidence-sft
 }
 # Lane 3: the baselines trained on their own data: every hop retrieved / every hop from memory (kept when the
 # final answer is right), stage I with the same settings.
 lane_baselines() {
   synth always --set policy=always
   sft always always-sft
+  trained always-sft
   synth never --set policy=never
   sft never never-sft
+  trained never-sft
 }
 lane_paper & p1=$!
 lane_evidence & p2=$!
 lane_baselines & p3=$!
 wait $p1 $p2 $p3
-stamp "synthesis and training"
-# DeepRAG candidates are run with the model deciding; the baselines with their own policy; on test the chosen model
-# is also forced to always / never retrieve (same model, for reference).
-methods_of() { case $1 in always-*) echo always ;; never-*) echo never ;; "${2:-}") echo deeprag,always,never ;;
-               *) echo deeprag ;; esac; }
-n=0
-for cand in "$OUT"/cand/*/; do  # three at a time
-  name=$(basename "$cand")
-  evaluate dev "$name" "$(methods_of "$name")" &
-  (( ++n % 3 == 0 )) && wait
-done
-wait
+stamp "synthesis, training and dev evaluation"
 chosen=$(.venv/bin/python examples/deeprag/select_config.py "$OUT")
 stamp "dev evaluation; headline chosen: $chosen"
 n=0

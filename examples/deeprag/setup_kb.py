@@ -74,6 +74,8 @@ def main() -> None:
     parser.add_argument("--decompositions", type=int, default=1500)
     parser.add_argument("--init-from", help="a setup directory this script wrote with the same arguments: continue "
                         "pretraining its base model for --epochs more epochs (fresh warm-up and cosine schedule)")
+    parser.add_argument("--kb-object-fraction", type=float, default=0.0, help="decomposition demonstrations: share "
+                        "of random objects that are KB names (so later hops meet known KB facts in-chain)")
     parser.add_argument("--bucket", type=int, default=0, help="batch examples of similar length (windows of N "
                         "batches): less padding, less CPU; 0 = plain shuffling as in earlier rounds")
     parser.add_argument("--reader", type=int, default=2000)
@@ -113,6 +115,7 @@ def main() -> None:
     reading = synthetic.reading_examples(args.reading, pools, passages=args.passages, seed=args.seed,
                                          exclude=set(kb.facts), step_fraction=args.step_fraction)
     texts = known * args.repeat + reading
+    earlier_round = 1 if args.init_from else 0
     few_shot = ""
     if args.paper_skills:
         # the few-shot example of the decomposition prompt: the shortest of a few demonstrations (sequence length)
@@ -121,7 +124,8 @@ def main() -> None:
         texts += synthetic.chain_examples(kb) * args.chain_repeat
         texts += synthetic.reader_examples(args.reader, pools, READER_PROMPT, passages=args.passages, seed=args.seed,
                                            exclude=set(kb.facts))
-        texts += synthetic.decomposition_examples(args.decompositions, kb, pools, prefix, seed=args.seed)
+        texts += synthetic.decomposition_examples(args.decompositions, kb, pools, prefix, seed=args.seed + earlier_round,
+                                                  kb_object_fraction=args.kb_object_fraction)
         (out / "synth.yaml").write_text(json.dumps({"decompose_instruction": KB_DECOMPOSE_INSTRUCTION,
                                                     "decompose_few_shot": few_shot,
                                                     "instruction": KB_INSTRUCTION}, indent=2) + "\n")

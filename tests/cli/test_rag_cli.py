@@ -58,7 +58,7 @@ def test_index_synth_train_run_end_to_end(cli, kb, files, tmp_path, tiny_gpt2_di
     assert json.loads((tmp_path / "model" / "run.json").read_text())["status"] == "ok"
 
 
-def test_synth_paper_defaults_gold_ablation_and_baseline_paths(cli, kb, files, tmp_path):
+def test_synth_paper_defaults_gold_ablation_and_baseline_paths(cli, kb, files, tmp_path, tiny_gpt2_dir):
     corpus, qa = files
     assert cli(["rag", "deeprag", "index", "--corpus", corpus, "-o", tmp_path / "idx"]).exit_code == 0
     metrics = {}
@@ -83,6 +83,12 @@ def test_synth_paper_defaults_gold_ablation_and_baseline_paths(cli, kb, files, t
                                                              ("Intermediate answer:",
                                                               "Let's search the question in Wikipedia.")}
     assert sum(p["retrieve"] for p in pairs) == sum(q["unknown_hops"] for q in kb.questions)
+    # the baselines' data has an empty pairs.jsonl: stage I alone trains on it, stage II refuses it (exit 2)
+    r = cli(["rag", "deeprag", "train", "-m", tiny_gpt2_dir, "-d", tmp_path / "always", "--set", "stages=[sft]",
+             "--set", "max_length=128", "-o", tmp_path / "always-sft", "--json"])
+    assert r.exit_code == 0, r.stderr
+    r = cli(["rag", "deeprag", "train", "-m", tiny_gpt2_dir, "-d", tmp_path / "always", "-o", tmp_path / "x"])
+    assert r.exit_code == 2 and "pairs.jsonl" in r.stderr
 
 
 def test_dense_index_save_load_identical(tmp_path):

@@ -193,6 +193,10 @@ def test_pretraining_texts_teach_skills_without_unknown_facts_or_kb_questions(kb
                         "city": sorted({f.object for f in kb.facts if f.relation == "birthplace"})}.items():
         pools[kind] = pools[kind] + extra
     demos = synthetic.decomposition_examples(300, kb, pools, DECOMPOSE_INSTRUCTION, seed=0)
+    biased = synthetic.decomposition_examples(300, kb, pools, DECOMPOSE_INSTRUCTION, seed=0, kb_object_fraction=0.8)
+    in_chain = lambda texts: sum(f"{f.subquery}\n{INTERMEDIATE} {f.object}" in d for d in texts for f in kb.known)  # noqa: E731
+    assert in_chain(biased) > in_chain(demos)
+    demos = demos + biased
     questions = {q["question"] for q in kb.questions}
     unknown = [f for f in kb.facts if f not in kb.known]
     for demo in demos:
@@ -201,7 +205,7 @@ def test_pretraining_texts_teach_skills_without_unknown_facts_or_kb_questions(kb
         for fact in unknown:  # an unknown fact is never stated, retrieved or answered
             assert fact.statement not in demo and f"{fact.subquery}\n{INTERMEDIATE} {fact.object}" not in demo
             assert f"{fact.subquery}\n{SEARCH}\nContext: [1] {fact.subject}: {fact.statement}" not in demo
-    assert sum(SEARCH in d for d in demos) > 100 and sum(f"?\n{INTERMEDIATE}" in d for d in demos) > 100
+    assert sum(SEARCH in d for d in demos) > 200 and sum(f"?\n{INTERMEDIATE}" in d for d in demos) > 200
     chains = synthetic.chain_examples(kb)
     assert len(chains) == len(kb.known) and all(f"{FOLLOW} {f.subquery}\n{INTERMEDIATE} {f.object}" in chains
                                                 for f in kb.known)

@@ -275,7 +275,9 @@ def load_synth(directory: str) -> tuple[list[dict], list[dict]]:
     require(root.is_dir(), f"training data must be a `rag deeprag synth` output directory: {directory}")
     trajectories = read_jsonl(root / "trajectories.jsonl", required=("prompt", "trace"))
     pairs_path = root / "pairs.jsonl"
-    pairs = read_jsonl(pairs_path, required=("prompt", "chosen", "rejected")) if pairs_path.exists() else []
+    # the baselines' synthesis (policy always/never) writes an empty pairs.jsonl: nothing to calibrate
+    has_pairs = pairs_path.exists() and pairs_path.read_text().strip()
+    pairs = read_jsonl(pairs_path, required=("prompt", "chosen", "rejected")) if has_pairs else []
     return trajectories, pairs
 
 

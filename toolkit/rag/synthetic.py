@@ -240,19 +240,26 @@ def reader_examples(n: int, pools: dict[str, list[str]], reader_prompt: str, pas
 
 
 def decomposition_examples(n: int, kb: KnowledgeBase, pools: dict[str, list[str]], prefix: str, seed: int = 0,
-                           retrieve_fraction: float = 0.5) -> list[str]:
+                           retrieve_fraction: float = 0.5, kb_object_fraction: float = 0.0) -> list[str]:
     """Worked multi-hop chains in the DeepRAG step format under the decomposition prompt (`prefix` + "Question: q"):
     the question templates of the KB, started from a random non-KB entity (later hops may reach KB names), each hop retrieved (with a context
     passage) or answered from memory at random — the decision never depends on whether the model knows the fact,
     so no retrieval policy is taught here. A hop about a known KB fact carries its true object (the model knows it
     anyway); any other hop answered from memory carries a random non-KB name (an uninformed guess, so no unknown KB
     fact and no consistent false association is taught); a retrieved hop copies a random pairing from its passage
-    (one passage, = top-1 retrieval; never an unknown KB fact)."""
+    (one passage, = top-1 retrieval; never an unknown KB fact). A `kb_object_fraction` of the random objects are KB
+    names (the next hop is then about a KB entity, whose known facts are answered truly in-chain)."""
     from toolkit.rag.trace import render_context, render_final
 
     rng = random.Random(seed)
     kb_names = entity_names(kb)
     guesses = {kind: [name for name in names if name not in kb_names] for kind, names in pools.items()}
+    kb_objects = {kind: [name for name in names if name in kb_names] for kind, names in pools.items()}
+
+    def random_object(kind: str, fact: Fact | None) -> str:
+        names = kb_objects[kind] if kb_objects[kind] and rng.random() < kb_object_fraction else guesses[kind]
+        return rng.choice([o for o in names if fact is None or o != fact.object])
+
     starts = {"director": "film", "birthplace": "person"}
     examples = []
     while len(examples) < n:
@@ -264,12 +271,14 @@ def decomposition_examples(n: int, kb: KnowledgeBase, pools: dict[str, list[str]
             fact = kb.by_relation.get((relation, entity))
             subquery = RELATIONS[relation][0].format(s=entity)
             if rng.random() < retrieve_fraction:
-                obj = fact.object if fact in kb.known else rng.choice(
-                    [o for o in pools[object_kind] if fact is None or o != fact.object])
+                obj = fact.object if fact in kb.known else (
+                    random_object(object_kind, fact) if kb_object_fraction else
+                    rng.choice([o for o in pools[object_kind] if fact is None or o != fact.object]))
                 context = render_context([f"{entity}: {Fact(relation, entity, obj).statement}"])
                 lines += [f"{FOLLOW} {subquery}", SEARCH, context, f"{INTERMEDIATE} {obj}"]
             else:
-                obj = fact.object if fact in kb.known else rng.choice(guesses[object_kind])
+                obj = fact.object if fact in kb.known else (
+                    random_object(object_kind, fact) if kb_object_fraction else rng.choice(guesses[object_kind]))
                 lines += [f"{FOLLOW} {subquery}", f"{INTERMEDIATE} {obj}"]
             entity = obj
         examples.append(prefix + f"Question: {template.format(s=subject)}\n" + "\n".join(lines) + "\n"
