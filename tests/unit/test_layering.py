@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
