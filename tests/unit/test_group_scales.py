@@ -110,6 +110,12 @@ def test_grouped_packed_model_reloads_the_in_memory_weights(request, tmp_path, f
     for path in scales:
         assert torch.equal(linear_weight(loaded.get_submodule(path), adapter.conv1d),
                            linear_weight(model.get_submodule(path), adapter.conv1d))
+    if fixture == "tiny_llama_dir":  # the INT4 kernels take per-channel scales only: refused, not mis-read
+        from toolkit.compress.packed_int4 import load_packed_int4
+        from toolkit.core.errors import BadInputError
+
+        with pytest.raises(BadInputError, match="one scale per output channel"):
+            load_packed_int4(tmp_path / "packed", with_tokenizer=False)
 
 
 def test_weight_grid_expansion_follows_g_idx():

@@ -32,6 +32,11 @@ def load_packed_int4(directory, a_bits: int = 8, sparse: str = "auto", with_toke
     model, tokenizer = load_packed(directory, dtype=dtype, with_tokenizer=with_tokenizer)
     for path, shape in config["linears"].items():
         parts = {key: tensors[f"{path}.{key}"] for key in ("qweight", "scales", "mask") if f"{path}.{key}" in tensors}
+        scales = parts["scales"]
+        if (scales.ndim == 2 and scales.shape[1] > 1) or any(key.startswith(f"{path}.") and "g_idx" in key
+                                                              for key in tensors):
+            raise BadInputError(f"{path}: the INT4 kernels take one scale per output channel; this packed model has "
+                                "grouped scales", "load it with load_packed (dequantized) or compress per channel")
         codes = codes_from_packed(parts, tuple(shape), config["bits"])
         module = model.get_submodule(path)
         bias = getattr(module, "bias", None)
