@@ -1,7 +1,7 @@
 """Datasets for the local lm-eval tasks, read from the project's data root (never a fixed path).
 
 `iclrkit eval tasks --data-root DIR` (or $ICLRKIT_DATA) passes `data_root` to these functions as task metadata;
-the files are the ones /work/shared/data/README.md describes (SST-2 dev from GLUE, the CounterFact sample that
+the files are the ones the data root's README.md describes (default root: ../shared/data) (SST-2 dev from GLUE, the CounterFact sample that
 KnowledgeEditor-style evaluations use). Nothing here touches the network.
 """
 
