@@ -16,12 +16,7 @@ def _on_block(adapter, record):
     def on_block(step):
         for group in adapter.sequential_groups():
             modules = [step.block.get_submodule(p) for p in group]
-            acc = HessianAccumulator(linear_weight(modules[0], adapter.conv1d).shape[1])
-            handle = modules[0].register_forward_hook(acc.hook())
-            try:
-                step.run(stop_after=modules[0])
-            finally:
-                handle.remove()
+            acc, = step.input_hessians(modules[:1], adapter.conv1d)
             acc.all_reduce()
             record[f"{step.index}.{group[0]}"] = acc.H.clone()
             record[f"{step.index}.{group[0]}.count"] = torch.tensor(acc.count)

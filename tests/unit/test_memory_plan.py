@@ -28,7 +28,6 @@ def _probing_on_block(adapter, probe):
     GPTQ does); the probe runs with them alive and inside the MLP, where the block's intermediates are."""
     from toolkit.compress.quant import fit_weight_scale
     from toolkit.compress.solvers import damp_hessian, gptq
-    from toolkit.linalg.hessian import HessianAccumulator
     from toolkit.models.adapters import linear_weight, set_linear_weight
 
     def on_block(step):
@@ -44,12 +43,7 @@ def _probing_on_block(adapter, probe):
         try:
             for group in adapter.sequential_groups():
                 modules = [step.block.get_submodule(p) for p in group]
-                acc = HessianAccumulator(linear_weight(modules[0], adapter.conv1d).shape[1])
-                handle = modules[0].register_forward_hook(acc.hook())
-                try:
-                    step.run(stop_after=modules[0])
-                finally:
-                    handle.remove()
+                acc, = step.input_hessians(modules[:1], adapter.conv1d)
                 hessian = damp_hessian(acc.H)
                 probe("solving")
                 for module in modules:

@@ -38,18 +38,12 @@ def gptq_on_block(adapter, record=None):
     """A calibrate → apply step as the compress recipe runs it: per sequential group one Hessian, GPTQ 4-bit."""
     from toolkit.compress.quant import fit_weight_scale
     from toolkit.compress.solvers import damp_hessian, gptq
-    from toolkit.linalg.hessian import HessianAccumulator
     from toolkit.models.adapters import linear_weight, set_linear_weight
 
     def on_block(step):
         for group in adapter.sequential_groups():
             modules = [step.block.get_submodule(p) for p in group]
-            acc = HessianAccumulator(linear_weight(modules[0], adapter.conv1d).shape[1])
-            handle = modules[0].register_forward_hook(acc.hook())
-            try:
-                step.run(stop_after=modules[0])
-            finally:
-                handle.remove()
+            acc, = step.input_hessians(modules[:1], adapter.conv1d)
             acc.all_reduce()
             if record is not None:
                 record[f"{step.index}.{group[0]}"] = acc.H.clone()

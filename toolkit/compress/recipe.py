@@ -167,7 +167,6 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
     import torch
     from safetensors.torch import load_file, save_file
 
-    from toolkit.linalg.hessian import HessianAccumulator
     from toolkit.models.adapters import layers_path, linear_weight, set_linear_weight
     from toolkit.nn.pipeline import run_sequential
 
@@ -180,15 +179,7 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
 
     def hessians(step, firsts):
         """One calibration forward (stopped after the last listed linear): H of each listed linear's input."""
-        accumulators = [HessianAccumulator(linear_weight(m, adapter.conv1d).shape[1], device=step.device,
-                                           dtype=dtype) for m in firsts]
-        handles = [m.register_forward_hook(a.hook()) for m, a in zip(firsts, accumulators)]
-        try:
-            step.run(stop_after=firsts[-1])
-        finally:
-            for handle in handles:
-                handle.remove()
-        return [a.H for a in accumulators]
+        return [a.H for a in step.input_hessians(firsts, adapter.conv1d, dtype)]
 
     def on_block(step):
         block_scales = {}

@@ -36,6 +36,22 @@ class BlockStep:
     extra: dict[str, Any] = field(default_factory=dict)
     probe: Callable[[str], None] | None = None  # memory probe (onloaded pipeline), called after each run()
 
+    def input_hessians(self, modules: list[nn.Module], conv1d: bool = False, dtype=torch.float64) -> list:
+        """One calibration forward, stopped after the last of `modules` (linears of this block): a
+        HessianAccumulator of each one's input (the one way every technique calibrates a block's linears)."""
+        from toolkit.linalg.hessian import HessianAccumulator
+        from toolkit.models.adapters import linear_weight
+
+        accumulators = [HessianAccumulator(linear_weight(m, conv1d).shape[1], device=self.device, dtype=dtype)
+                        for m in modules]
+        handles = [m.register_forward_hook(a.hook()) for m, a in zip(modules, accumulators)]
+        try:
+            self.run(stop_after=modules[-1])
+        finally:
+            for handle in handles:
+                handle.remove()
+        return accumulators
+
     def run(self, stop_after: nn.Module | None = None) -> list[torch.Tensor] | None:
         """Forward every window through the block (hooks the callback registered see each one); outputs on CPU.
         With `stop_after` (a module inside the block) each window stops once that module and its hooks have run
