@@ -83,6 +83,7 @@ def test_dry_run_prints_the_plan(cli, tmp_path, data, tiny_gpt2_dir):
 @pytest.mark.parametrize("case, message", [
     ("missing", "not found"), ("malformed", "malformed JSON"), ("empty", "no records"),
     ("no_retain", "needs retain"), ("bad_lr", "lr"), ("nan_rho", "sam_rho"), ("bad_layer", "layer"),
+    ("no_forget", "'forget': Field required"),
 ])
 def test_bad_input_exits_2(cli, tmp_path, data, tiny_gpt2_dir, case, message):
     broken = tmp_path / "broken.json"
@@ -98,6 +99,8 @@ def test_bad_input_exits_2(cli, tmp_path, data, tiny_gpt2_dir, case, message):
         args[args.index("-r") + 1] = broken
     elif case == "no_retain":
         del args[args.index("-r"):args.index("-r") + 2]
+    elif case == "no_forget":  # required by the config (a --config YAML or --set may give it instead)
+        del args[args.index("-f"):args.index("-f") + 2]
     elif case == "bad_lr":
         args[args.index("--lr") + 1] = "-1"
     elif case == "nan_rho":

@@ -15,29 +15,13 @@ import logging
 import os
 from pathlib import Path
 
-from pydantic import Field
-
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, ResourceError
+from toolkit.eval.config import TasksConfig
 
 log = logging.getLogger("iclrkit")
 
 NETWORK_ERRORS = ("ConnectionError", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectTimeout",
                   "MaxRetryError", "NameResolutionError")
-
-
-class TasksConfig(BaseConfig):
-    """Zero-/few-shot tasks of lm-evaluation-harness on one model."""
-
-    model: str
-    tasks: str  # comma-separated task or group names
-    include_path: str | None = None  # a folder of task YAMLs (searched before the built-in tasks)
-    data_root: str | None = None  # given to local tasks' custom_dataset functions (default: $ICLRKIT_DATA)
-    limit: int | None = Field(None, gt=0)  # first N documents per task
-    num_fewshot: int | None = Field(None, ge=0)
-    batch_size: int = Field(8, gt=0)
-    max_length: int | None = Field(None, gt=1)  # context cap (default: the model's)
-    bootstrap_iters: int = Field(1000, ge=0)  # for the standard errors; 0 = none
 
 
 def _offline() -> bool:

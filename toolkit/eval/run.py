@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
-
-from toolkit.core.config import BaseConfig
-
-
-class PerplexityConfig(BaseConfig):
-    """Perplexity of a causal LM on a text source (strided windows, the Hugging Face protocol)."""
-
-    model: str
-    data: Optional[str] = None
-    max_length: int = 512
-    stride: Optional[int] = None
-    max_windows: Optional[int] = None
-    split: Optional[Literal["train", "test"]] = None  # the zoo's 95/5 paragraph split (seed 0)
+from toolkit.eval.config import PerplexityConfig
 
 
 def run_perplexity(config: PerplexityConfig, ctx) -> dict:

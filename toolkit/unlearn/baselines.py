@@ -6,62 +6,15 @@ RMU: Li et al. 2024 (WMDP), https://arxiv.org/abs/2403.03218, code centerforaisa
 
 from __future__ import annotations
 
-import time
-from typing import Optional
-
 import torch
-from pydantic import Field
 
 from toolkit.core.errors import BadInputError
 from toolkit.models.adapters import adapter_for, get_layers
-from toolkit.models.source import load_model
+from toolkit.unlearn.config import GaConfig, NpoConfig, RmuConfig
 from toolkit.unlearn.data import collate
 from toolkit.unlearn.losses import mean_nll, npo_loss, rmu_loss, sequence_logprob
-from toolkit.unlearn.prism import finish
-from toolkit.unlearn.train import (
-    StepInputs,
-    UnlearnConfig,
-    hidden_states,
-    load_corpus,
-    sequence_logprobs,
-    train,
-)
-
-
-class GaConfig(UnlearnConfig):
-    """Gradient ascent on the forget NLL, optionally with a retain NLL (GDR) term."""
-
-    retain_coeff: float = Field(0.0, ge=0, description="Weight of the retain NLL (0 = plain GA).")
-
-
-class NpoConfig(UnlearnConfig):
-    """NPO + retain NLL, as MUSE's `npo_gdr` and PRISM's NPO baseline."""
-
-    beta: float = Field(0.1, gt=0, description="NPO inverse temperature β.")
-    retain_coeff: float = Field(1.0, ge=0, description="Weight of the retain NLL.")
-    npo_coeff: float = Field(1.0, ge=0, description="Weight of the NPO loss.")
-
-
-class RmuConfig(UnlearnConfig):
-    """RMU: steer layer-ℓ forget activations to a fixed random direction, keep retain activations, train the MLPs
-    of blocks ℓ-2..ℓ. Defaults from centerforaisafety/wmdp (lr 5e-5, steering 6.5, alpha 1200, layer 7 of 32)."""
-
-    lr: float = Field(5e-5, gt=0, description="AdamW learning rate.")
-    epochs: int = Field(1, ge=1, description="Passes over the forget windows.")
-    layer: Optional[int] = Field(None, ge=1, description="Hidden-state index ℓ (default: 7/32 of the depth).")
-    steering_coeff: float = Field(6.5, gt=0, description="Norm scale c of the random control vector.")
-    alpha: float = Field(1200.0, ge=0, description="Weight of the retain activation-matching term.")
-
-
-def _run(config, ctx, technique: str, need_retain: bool, build) -> None:
-    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
-    corpus = load_corpus(config, tokenizer, need_retain=need_retain)
-    clock = time.perf_counter()
-    objective, params, extra = build(model, corpus)
-    result = train(config, ctx, model, corpus, objective, params, technique.split(".")[-1])
-    finish(ctx, config, tokenizer, result, technique,
-           {**extra, "forget_windows": len(corpus.forget), "retain_windows": len(corpus.retain),
-            "seconds": time.perf_counter() - clock})
+from toolkit.unlearn.run import run_unlearn
+from toolkit.unlearn.train import StepInputs, hidden_states, sequence_logprobs
 
 
 def ga_objective(config: GaConfig):
@@ -77,10 +30,8 @@ def ga_objective(config: GaConfig):
     return step
 
 
-def run_ga(config: GaConfig, ctx) -> None:
-    def build(model, corpus):
-        return ga_objective(config), [p for p in model.parameters() if p.requires_grad], {}
-    _run(config, ctx, "unlearn.ga", config.retain_coeff > 0, build)
+def setup_ga(config: GaConfig, ctx, model, corpus):
+    return ga_objective(config), trainable(model), {}
 
 
 def npo_objective(config: NpoConfig, ref_logp: torch.Tensor):
@@ -94,11 +45,9 @@ def npo_objective(config: NpoConfig, ref_logp: torch.Tensor):
     return step
 
 
-def run_npo(config: NpoConfig, ctx) -> None:
-    def build(model, corpus):
-        ref = sequence_logprobs(model, corpus, corpus.forget, ctx.device)
-        return npo_objective(config, ref), [p for p in model.parameters() if p.requires_grad], {}
-    _run(config, ctx, "unlearn.npo", True, build)
+def setup_npo(config: NpoConfig, ctx, model, corpus):
+    """NPO's reference log-likelihoods are the model's before any step (a cache instead of a frozen copy)."""
+    return npo_objective(config, sequence_logprobs(model, corpus, corpus.forget, ctx.device)), trainable(model), {}
 
 
 def rmu_layer(config: RmuConfig, model) -> int:
@@ -136,19 +85,25 @@ def rmu_objective(config: RmuConfig, layer: int, control: torch.Tensor, frozen: 
     return step
 
 
-def run_rmu(config: RmuConfig, ctx) -> None:
-    def build(model, corpus):
-        layer = rmu_layer(config, model)
-        adapter = adapter_for(model)
-        blocks = get_layers(model, adapter)
-        model.requires_grad_(False)
-        params = []
-        for index in range(max(0, layer - 3), layer):  # hidden state ℓ is the output of block ℓ-1
-            module = blocks[index].get_submodule(adapter.mlp_down)
-            module.requires_grad_(True)
-            params += list(module.parameters())
-        frozen = frozen_retain_states(model, corpus, layer, ctx.device)
-        control = control_vector(model.config.hidden_size, config.steering_coeff, ctx.seed)
-        return (rmu_objective(config, layer, control, frozen), params,
-                {"rmu_layer": layer, "trained_tensors": len(params)})
-    _run(config, ctx, "unlearn.rmu", True, build)
+def setup_rmu(config: RmuConfig, ctx, model, corpus):
+    """Train only the MLP down-projections of blocks ℓ-2..ℓ (hidden state ℓ is the output of block ℓ-1)."""
+    layer = rmu_layer(config, model)
+    adapter = adapter_for(model)
+    blocks = get_layers(model, adapter)
+    model.requires_grad_(False)
+    params = []
+    for index in range(max(0, layer - 3), layer):
+        module = blocks[index].get_submodule(adapter.mlp_down)
+        module.requires_grad_(True)
+        params += list(module.parameters())
+    frozen = frozen_retain_states(model, corpus, layer, ctx.device)
+    control = control_vector(model.config.hidden_size, config.steering_coeff, ctx.seed)
+    return rmu_objective(config, layer, control, frozen), params, {"rmu_layer": layer, "trained_tensors": len(params)}
+
+
+def trainable(model) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+# the registry picks the objective from config.method (toolkit/unlearn/objectives/): one run path for all
+run_ga = run_npo = run_rmu = run_unlearn

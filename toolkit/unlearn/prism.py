@@ -12,15 +12,11 @@ trained on, and NPO uses sequence log-likelihood ratios (technique note pitfalls
 
 from __future__ import annotations
 
-import time
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 
 from toolkit.core.errors import BadInputError
-from toolkit.models.source import load_model
+from toolkit.unlearn.config import PrismConfig
 from toolkit.unlearn.losses import (
     decouple,
     fgsm_probe_loss,
@@ -30,39 +26,14 @@ from toolkit.unlearn.losses import (
     sam_perturbation,
     sequence_logprob,
 )
+from toolkit.unlearn.run import run_unlearn
 from toolkit.unlearn.train import (
     Corpus,
     StepInputs,
-    UnlearnConfig,
     hidden_states,
-    load_corpus,
     mean_pool,
     sequence_logprobs,
-    train,
 )
-
-PAPER = "https://arxiv.org/abs/2509.23362"
-
-
-class PrismConfig(UnlearnConfig):
-    """PRISM knobs; defaults are the official MUSE-News script values (WMDP: rho 0.008, gamma 0.05, layer 28)."""
-
-    beta: float = Field(0.1, gt=0, description="NPO inverse temperature β.")
-    sam_rho: float = Field(0.011, ge=0, description="SAM radius ρ on the forget loss (0 disables SAM).")
-    adv_gamma: float = Field(0.085, ge=0, description="γ_max of the annealed probe term (0 disables it).")
-    project: bool = Field(True, description="Project the forget gradient orthogonal to the retain gradient.")
-    coeff: float = Field(1.0, ge=0, description="Weight of the retain gradient.")
-    npo_coeff: float = Field(1.0, ge=0, description="Weight of the (projected) forget gradient.")
-    probe_layer: Optional[int] = Field(None, ge=0, description="Hidden-state index ℓ (0 = embeddings); "
-                                       "default: 3/4 of the depth (News script: 24 of 32).")
-    probe_hidden: tuple[int, ...] = Field((64, 32), description="Probe MLP widths (empty = linear probe).")
-    probe_epsilon: float = Field(1e-2, ge=0, description="FGSM step ε on the representations.")
-    probe_alpha: float = Field(0.4, ge=0, description="Weight α of the adversarial CE term.")
-    probe_l1: float = Field(1e-4, ge=0, description="L1 penalty λ₁ on the probe weights.")
-    probe_lr: float = Field(1e-4, gt=0, description="Probe Adam learning rate.")
-    probe_epochs: int = Field(10, ge=1, description="Probe training epochs.")
-    probe_batch_size: int = Field(16, ge=1, description="Probe batch size (MUSE 16, WMDP 256).")
-    probe_val_fraction: float = Field(0.2, ge=0, lt=1, description="Share of windows held out to score the probe.")
 
 
 def make_probe(width: int, hidden: tuple[int, ...]) -> torch.nn.Sequential:
@@ -175,25 +146,19 @@ def default_layer(model) -> int:
     return max(1, round(0.75 * model.config.num_hidden_layers))
 
 
-def plan(config: PrismConfig, ctx) -> dict:
-    return {"stages": ["probe (FGSM-robust, mean-pooled h_l)", "NPO + annealed probe term, SAM, projection"],
-            "probe_layer": config.probe_layer or "3/4 depth", "epochs": config.epochs, "max_steps": config.max_steps}
-
-
-def run_prism(config: PrismConfig, ctx) -> None:
-    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
-    corpus = load_corpus(config, tokenizer, need_retain=True)
+def setup(config: PrismConfig, ctx, model, corpus: Corpus):
+    """The registered objective's setup (toolkit/unlearn/objectives/prism.py): stage 1 (the probe) and the frozen NPO
+    reference, then the stage-2 step over every trainable tensor."""
     layer = config.probe_layer if config.probe_layer is not None else default_layer(model)
     if layer > model.config.num_hidden_layers:
         raise BadInputError(f"probe_layer {layer} > {model.config.num_hidden_layers} layers")
-    clock = time.perf_counter()
     probe, layer, probe_stats = _stage_probe(config, ctx, model, corpus, layer)
     ref_logp = sequence_logprobs(model, corpus, corpus.forget, ctx.device)
     params = [p for p in model.parameters() if p.requires_grad]
-    result = train(config, ctx, model, corpus, prism_objective(config, ref_logp, probe, layer), params, "prism")
-    finish(ctx, config, tokenizer, result, "unlearn.prism",
-           {**probe_stats, "probe_layer": layer, "forget_windows": len(corpus.forget),
-            "retain_windows": len(corpus.retain), "seconds": time.perf_counter() - clock})
+    return prism_objective(config, ref_logp, probe, layer), params, {**probe_stats, "probe_layer": layer}
+
+
+run_prism = run_unlearn  # config.method ("prism") picks the registered objective
 
 
 def _stage_probe(config: PrismConfig, ctx, model, corpus: Corpus, layer: int):
@@ -216,18 +181,3 @@ def _stage_probe(config: PrismConfig, ctx, model, corpus: Corpus, layer: int):
         torch.save(state, saved)
         torch.save(state, ctx.path("probe.pt"))
     return probe.to(ctx.device), layer, stats
-
-
-def finish(ctx, config: UnlearnConfig, tokenizer, result: dict, technique: str, extra: dict) -> None:
-    """Save the unlearned model and record the training metrics."""
-    from toolkit.models.save import save_model
-
-    history = result["history"]
-    last = history[-1] if history else {}
-    ctx.metrics.update({"steps": result["steps"], "steps_per_epoch": result["steps_per_epoch"],
-                        "resumed_from": result["resumed_from"], **extra,
-                        **{f"final_{k}": v for k, v in last.items() if k != "step"}})
-    ctx.metrics["loss_history"] = history
-    if ctx.out is not None:
-        save_model(result["model"], tokenizer, ctx.path("model"), technique=technique, source=config.model,
-                   paper=PAPER if technique == "unlearn.prism" else "", metadata={"technique": technique})

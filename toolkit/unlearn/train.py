@@ -9,33 +9,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
-from pydantic import Field
 
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, RunError
+from toolkit.unlearn.config import UnlearnConfig
 from toolkit.unlearn.data import batch_indices, collate, encode_documents, load_documents, pad_id
 from toolkit.unlearn.losses import mean_nll, sequence_logprob
 
 log = logging.getLogger("iclrkit")
 STATE = "accelerate"
-
-
-class UnlearnConfig(BaseConfig):
-    """Knobs every unlearning method shares (defaults: MUSE-News scripts of PRISM/MUSE, constant lr, AdamW)."""
-
-    model: str = Field(description="Model to unlearn: path, hub id or zoo:NAME.")
-    forget: str = Field(description="Forget documents: .txt (blank-line blocks), .json list or .jsonl.")
-    retain: Optional[str] = Field(None, description="Retain documents (same formats); needed by retain losses.")
-    max_documents: Optional[int] = Field(None, ge=1, description="Use only the first N documents of each file.")
-    max_length: int = Field(2048, ge=8, description="Tokens per training window (documents are cut into windows).")
-    batch_size: int = Field(4, ge=1, description="Forget (and retain) windows per step.")
-    lr: float = Field(1e-5, gt=0, description="AdamW learning rate, constant.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    epochs: int = Field(10, ge=1, description="Passes over the forget windows.")
-    max_steps: Optional[int] = Field(None, ge=1, description="Stop after this many steps (default: all epochs).")
-    checkpoint_every: int = Field(50, ge=1, description="Steps between --resume checkpoints.")
-    max_grad_norm: Optional[float] = Field(1.0, ge=0, description="Clip the step's total gradient norm to this "
-                                           "(HF Trainer default 1.0, as the official scripts run); 0 or null: off.")
 
 
 @dataclass

@@ -1,0 +1,38 @@
+"""The configs of `iclrkit eval ppl | tasks` (torch-free, so the CLI builds their options from the fields)."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.fields import data_field, model_field
+
+
+class PerplexityConfig(BaseConfig):
+    """Perplexity of a causal LM on a text source (strided windows, the Hugging Face protocol)."""
+
+    model: str = model_field()
+    data: Optional[str] = data_field()
+    max_length: int = Field(512, description="Window length in tokens.")
+    stride: Optional[int] = Field(None, description="Stride between windows (default: max length).")
+    max_windows: Optional[int] = Field(None, description="Score only the first N windows.")
+    split: Optional[Literal["train", "test"]] = Field(None, description="The zoo's 95/5 paragraph split of the data "
+                                                                        "(seed 0).")
+
+
+class TasksConfig(BaseConfig):
+    """Zero-/few-shot tasks of lm-evaluation-harness on one model."""
+
+    model: str = model_field()
+    tasks: str = Field(description="Comma-separated lm-eval task or group names.")
+    include_path: str | None = Field(None, description="Folder of local task YAMLs (searched before the built-in "
+                                                       "tasks).")
+    data_root: str | None = Field(None, description="Data root for local tasks' custom_dataset functions (default: "
+                                                    "$ICLRKIT_DATA).")
+    limit: int | None = Field(None, gt=0, description="Evaluate only the first N documents per task.")
+    num_fewshot: int | None = Field(None, ge=0, description="Few-shot examples (default: the task's).")
+    batch_size: int = Field(8, gt=0, description="Requests per forward pass.")
+    max_length: int | None = Field(None, gt=1)  # context cap (default: the model's)
+    bootstrap_iters: int = Field(1000, ge=0)  # for the standard errors; 0 = none
