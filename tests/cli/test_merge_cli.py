@@ -135,7 +135,7 @@ def test_bad_inputs_exit_2_with_one_line(cli, zoo, vae, tiny_gpt2_dir, tmp_path)
         "not found": ["merge", "average", "-m", f"{big},{tmp_path / 'missing'}"],
         "other shapes": ["merge", "latent", "run", "--vae", str(vae), "-m", f"{small},{big}", "--target", small],
         "not a VAE directory": ["merge", "latent", "run", "--vae", str(empty), "-m", f"{big},{big}"],
-        "--weights expects numbers": ["merge", "average", "-m", f"{big},{big}", "--weights", "a,b"],
+        "--weights expects comma-separated numbers": ["merge", "average", "-m", f"{big},{big}", "--weights", "a,b"],
         "2 merge weights": ["merge", "average", "-m", f"{big},{big},{big}", "--weights", "1,2"],
         "density": ["merge", "ties", "-m", f"{big},{big}", "--base", big, "--density", "1.5"],
     }

@@ -30,15 +30,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import require
+from toolkit.explain.config import CaveConfig
 from toolkit.explain.nov import (  # noqa: F401 - the NOV pieces, re-exported for CAVE's callers
     clutter_loss,
     ellipsoid_volume,
@@ -50,50 +49,6 @@ from toolkit.explain.nov import (  # noqa: F401 - the NOV pieces, re-exported fo
 from toolkit.explain.render3d import NO_FACE
 
 log = logging.getLogger("iclrkit")
-
-
-class CaveConfig(BaseConfig):
-    """`iclrkit explain cave`. Paper/official defaults where they transfer (T = 0.07, bank momentum 0.9,
-    5 clutter features per image, visibility threshold 0.1, K-means concepts); sizes scaled to a CPU: ~200
-    vertices instead of ~1130, 8 concepts per class instead of 20 (the paper's D-sweep 5..40 is flat), d = 32."""
-
-    data: str = "synthetic"  # 'synthetic' (rendered here), 'pascal3d:ROOT' (PASCAL3D+ release1.1 layout, see
-    #                          toolkit/explain/cave_pascal3d.py; both saved as OUT/dataset.npz) or a dataset .npz
-    classes: list[str] = ["aeroplane", "car"]  # pascal3d: the categories to load
-    ood_cv_root: str | None = None  # pascal3d: an OOD-CV pose release; its nuisances add splits acc_ood_<nuisance>
-    ood_cv_nuisances: list[str] = ["context", "pose", "shape", "texture", "weather"]
-    n_classes: int = 4  # synthetic: first n of car, house, mug, plane
-    n_train_per_class: int = 100  # synthetic
-    n_test_per_class: int = 40  # synthetic: per OOD split as well
-    image_size: int = 64  # synthetic renders are image_size x image_size
-    occlusion_fraction: float = 0.4  # synthetic occlusion split: share of object pixels hidden
-    noise_std: float = 0.2  # synthetic noise split
-    feature_dim: int = 32  # backbone feature channels d
-    width: int = 32  # channels of the first conv layer (the next two have 2x)
-    n_vertices: int = 200  # NOV vertices per class on the ellipsoid
-    concepts_per_class: int = 8  # D: K-means clusters per class
-    background_concepts: int = 8  # K-means centres of the clutter queue that compete with the concepts
-    temperature: float = 0.07
-    bank_momentum: float = 0.9
-    clutter_per_image: int = 5  # background features per image added to the clutter queue
-    clutter_queue: int = 512
-    neighbour_px: float = 6.0  # same-volume vertices projected closer than this are not negatives
-    visibility_threshold: float = 0.1  # concepts come from vertices visible in more than this share of images
-    classifier: Literal["repo", "paper"] = "repo"
-    explain_temperature: float = 0.07  # soft concept assignment of the explanations (the training temperature)
-    # explanation of the concept relevances: 'lrp' (the paper's: NOV-aware rule at the matching layer, then LRP
-    # layer by layer through the backbone, toolkit/explain/lrp.py) or 'gaussian' (the earlier stand-in: a
-    # conservative Gaussian upsampling of the cell relevances, sigma relevance_sigma_px)
-    explanation: Literal["lrp", "gaussian"] = "lrp"
-    lrp_top_rule: Literal["epsilon", "zplus"] = "epsilon"  # rule of the last conv; zbox at the pixels, zplus between
-    relevance_sigma_px: float = 7.0  # gaussian: Gaussian of the ~29 px receptive field / 4
-    epochs: int = 40
-    batch_size: int = 32
-    lr: float = 1e-3
-    baselines: bool = True  # also train the 2D CNN and score NMF (CRAFT-lite) concepts and Grad-CAM
-    baseline_epochs: int = 40
-    baseline_lrp: bool = False  # also the CNN's LRP map (same composite as CAVE's LRP) as a baseline row
-    figures: bool = True
 
 
 class Backbone(nn.Module):

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
 from toolkit.core.records import write_json
+from toolkit.explain.config import ConsistencyConfig
 from toolkit.explain.render3d import NO_FACE
 
 
@@ -73,14 +73,6 @@ def object_masks(pix_to_face: np.ndarray) -> np.ndarray:
     """The uniform attribution (1 on every visible object pixel) as one concept: (N, 1, H, W). Its 3D-C is the
     chance level set by visibility alone, which random maps approach."""
     return (pix_to_face != NO_FACE).astype(np.float64)[:, None]
-
-
-class ConsistencyConfig(BaseConfig):
-    """`iclrkit explain consistency`: 3D-C of any concept method's maps on a posed dataset with meshes."""
-
-    data: str  # dataset .npz (format in toolkit/explain/cave_data.py), e.g. OUT/dataset.npz of `explain cave`
-    attributions: str  # .npz with maps (N, D, H, W) for the concepts of each image's class, index (N,) dataset rows
-    method: str = ""  # label used in the report (default: the attribution file's `method` entry or its name)
 
 
 def load_attributions(path: str | Path) -> dict[str, np.ndarray]:

@@ -15,11 +15,10 @@ and measures the distance to a true minimal explanation with attacks that prove 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 
-from toolkit.core.config import BaseConfig
+from toolkit.explain.config import FameConfig
 from toolkit.explain.crown import (
     Domain,
     box_domains,
@@ -30,29 +29,6 @@ from toolkit.explain.crown import (
     spec_bounds,
 )
 from toolkit.explain.net import AffineNet
-
-
-class FameConfig(BaseConfig):
-    """`iclrkit explain fame`. Defaults follow the official scripts (notebooks/script_*.py): eps 0.05 (MNIST),
-    greedy knapsack, iterative refinement, FGSM/PGD lower bound; samples already robust on the box are skipped."""
-
-    model: str  # folder (config.json + model.safetensors), .onnx file or zoo:NAME
-    data: str = "digits"  # digits[:test|:train] (scikit-learn's bundled set), .npy or .npz (x, optional y), in [0, 1]
-    epsilon: float = 0.05  # L-inf radius of the perturbation box, clipped to [0, 1]
-    n_samples: int = 100  # explain this many qualifying images
-    start: int = 0  # first image index considered
-    skip_robust: bool = True  # skip images whose label is certified on the full box (empty explanation)
-    bound_method: Literal["crown", "ibp"] = "crown"  # IBP gives no linear bound: only the singleton phase then
-    knapsack: Literal["greedy", "exact"] = "greedy"  # exact = 0/1 multi-dimensional knapsack solved by SCIP
-    refine_domain: bool = True  # repeat batch freeing on the shrunken domain until nothing more is freed
-    singleton_phase: bool = True  # finish with the binary-search singleton phase on the plain box
-    attack: Literal["pgd", "fgsm", "none"] = "pgd"  # proves pixels necessary -> size_min, distance to minimality
-    attack_steps: int = 20
-    attack_restarts: int = 2
-    refine: Literal["none", "exact"] = "none"  # VeriX-style exact (MILP) pass over the undecided pixels
-    verify: Literal["none", "exact"] = "none"  # prove each explanation sufficient with the MILP
-    exact_time_limit: float = 30.0  # seconds per MILP
-    overlays: int = 16  # images drawn in overlays.png (0: none)
 
 
 @dataclass

@@ -9,34 +9,12 @@ explanation, the ground truth FAME's distance to minimality is about).
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
-from toolkit.core.config import BaseConfig
+from toolkit.explain.config import VerixConfig
 from toolkit.explain.crown import box_domains, margin_spec, spec_bounds
 from toolkit.explain.exact import exact_check
 from toolkit.explain.net import AffineNet
-
-
-class VerixConfig(BaseConfig):
-    """`iclrkit explain verix`: sequential traversal with a CROWN or exact oracle (same data/eps knobs as FAME)."""
-
-    model: str
-    data: str = "digits"
-    epsilon: float = 0.05
-    n_samples: int = 100
-    start: int = 0
-    skip_robust: bool = True
-    order: Literal["bounds", "sensitivity"] = "bounds"  # bounds: VERIX+ (CROWN margin of each pixel alone);
-    # sensitivity: VeriX (drop of the label logit when the pixel is flipped to 1 - x)
-    oracle: Literal["crown", "ibp", "exact"] = "crown"
-    attack: Literal["pgd", "fgsm", "none"] = "pgd"
-    attack_steps: int = 20
-    attack_restarts: int = 2
-    verify: Literal["none", "exact"] = "none"
-    exact_time_limit: float = 30.0
-    overlays: int = 16
 
 
 def traversal_order(net: AffineNet, x0: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor, label: int,

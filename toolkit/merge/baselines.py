@@ -21,7 +21,8 @@ def normalise_weights(weights: list[float] | None, n: int) -> list[float]:
     return [w / total for w in weights]
 
 
-def _check_shapes(states: list[dict[str, torch.Tensor]]) -> None:
+def check_shapes(states: list[dict[str, torch.Tensor]]) -> None:
+    """Every state has the shapes of the first (same-size models), else one line naming the tensor."""
     for name, tensor in states[0].items():
         for other in states[1:]:
             require(other[name].shape == tensor.shape,
@@ -30,7 +31,7 @@ def _check_shapes(states: list[dict[str, torch.Tensor]]) -> None:
 
 
 def average(states: list[dict[str, torch.Tensor]], weights: list[float] | None = None) -> dict[str, torch.Tensor]:
-    _check_shapes(states)
+    check_shapes(states)
     weights = normalise_weights(weights, len(states))
     return {name: average_tensor([s[name] for s in states], weights) for name in states[0]}
 
@@ -44,14 +45,14 @@ def average_tensor(tensors: list[torch.Tensor], weights: list[float], dtype: tor
 
 
 def task_vectors(states: list[dict[str, torch.Tensor]], base: dict[str, torch.Tensor]) -> list[dict]:
-    _check_shapes(states + [base])
+    check_shapes(states + [base])
     return [{n: s[n].double() - base[n].double() for n in base if base[n].is_floating_point()} for s in states]
 
 
 def task_arithmetic(states: list[dict[str, torch.Tensor]], base: dict[str, torch.Tensor],
                     scaling: float = 1.0, weights: list[float] | None = None) -> dict[str, torch.Tensor]:
     """θ_base + λ Σ τ_i, or with per-model `weights` (mergekit's task_arithmetic) θ_base + λ Σ w_i τ_i."""
-    _check_shapes(states + [base])
+    check_shapes(states + [base])
     if weights is not None:
         require(len(weights) == len(states), f"{len(weights)} merge weights for {len(states)} models")
     return {n: task_arithmetic_tensor([s[n] for s in states], base[n], scaling, weights) for n in base}
@@ -76,7 +77,7 @@ def ties(states: list[dict[str, torch.Tensor]], base: dict[str, torch.Tensor], d
     τ (a zero sum counts as +), and the agreeing weighted τ are summed and, with `normalize`, divided by their
     summed weights."""
     densities = ties_densities(len(states), density, densities, weights)
-    _check_shapes(states + [base])
+    check_shapes(states + [base])
     return {n: ties_tensor([s[n] for s in states], base[n], densities, scaling, weights, normalize) for n in base}
 
 

@@ -8,6 +8,7 @@ import torch
 
 from toolkit.core.errors import BadInputError, require
 from toolkit.core.records import command_line
+from toolkit.merge.config import MergeOptions
 from toolkit.merge.deepen import depth_of
 from toolkit.merge.evaluate import evaluate
 from toolkit.merge.models import (
@@ -104,23 +105,53 @@ def streamable(specs: list[str]) -> bool:
     return True
 
 
-def stream_merge(ctx, kind: str, specs: list[str], base_spec: str | None, technique: str, paper: str,
-                 metadata: dict, *, weights: list[float] | None = None, scaling: float = 1.0, density: float = 0.2,
-                 dtype: str = "auto", max_shard_bytes: int | None = None) -> None:
-    """`average` / `task-arithmetic` / `ties` read tensor by tensor (safetensors, row chunks for the elementwise
-    merges) and written into the output shards as they are made, in the inputs' dtype unless `dtype` says;
-    peak memory is a few tensors (TIES: a few float64 copies of the largest tensor, its top-k is global)."""
+def method_of(name: str, *, tensorwise: bool = True):
+    """The registered merge method `name` (kind "merge"); a tensor-by-tensor one unless `tensorwise=False`."""
+    from toolkit.core.registry import registry
+
+    method = registry("merge").get(name)
+    if tensorwise and not method.meta.get("tensorwise"):
+        raise BadInputError(f"merge method '{name}' does not merge tensor by tensor",
+                            f"run `iclrkit merge {name}`")
+    return method
+
+
+def merge_states(name: str, states: list[dict[str, torch.Tensor]], base: dict[str, torch.Tensor] | None,
+                 options: MergeOptions) -> dict[str, torch.Tensor]:
+    """The in-memory merge by the registered method `name`: its tensor function over every tensor (the base's
+    names when it needs a base, else the first model's), shapes checked first."""
+    from toolkit.merge import baselines
+
+    method = method_of(name)
+    if method.needs_base:
+        require(base is not None, f"merge method '{name}' needs a base model")
+    everyone = states + ([base] if method.needs_base else [])
+    baselines.check_shapes(everyone)
+    prepare = method.meta.get("prepare")
+    options = prepare(options, len(states)) if prepare else options
+    names = base if method.needs_base else states[0]
+    return {n: method.obj([s[n] for s in states], base[n] if method.needs_base else None, options) for n in names}
+
+
+def stream_merge(ctx, name: str, specs: list[str], base_spec: str | None, technique: str, paper: str,
+                 metadata: dict, *, options: MergeOptions, dtype: str = "auto",
+                 max_shard_bytes: int | None = None) -> None:
+    """The registered tensor-by-tensor method `name` (average, task-arithmetic, ties, ...) read tensor by tensor
+    (safetensors; row chunks for the elementwise, `rowwise` methods) and written into the output shards as they
+    are made, in the inputs' dtype unless `dtype` says; peak memory is a few tensors (TIES: a few float64 copies
+    of the largest tensor, its top-k is global)."""
     import json
 
-    from toolkit.merge import baselines
     from toolkit.models.lazy import SafetensorsIndex
     from toolkit.models.save import CARD
     from toolkit.models.shards import ShardWriter, copy_model_files
 
+    method = method_of(name)
     require(len(specs) >= 2, "a merge needs at least two models")
     require(dtype == "auto" or dtype in DTYPES, f"dtype must be auto, {', '.join(DTYPES)}; got {dtype!r}")
+    require(base_spec is not None or not method.needs_base, f"merge method '{name}' needs a base model")
     inputs = [SafetensorsIndex(spec) for spec in specs]
-    base = SafetensorsIndex(base_spec) if base_spec is not None else None
+    base = SafetensorsIndex(base_spec) if method.needs_base else None
     template = base or inputs[0]
     everyone = inputs + ([base] if base is not None else [])
     types = {json.loads((i.directory / "config.json").read_text()).get("model_type") for i in everyone}
@@ -129,34 +160,29 @@ def stream_merge(ctx, kind: str, specs: list[str], base_spec: str | None, techni
     for index in everyone:
         require(set(index.names()) == set(names), f"{index.directory} and {template.directory} have different "
                 "parameter names: not one architecture family")
-        for name in names:
-            require(index.shape_of[name] == template.shape_of[name],
-                    f"'{name}' has shapes {template.shape_of[name]} and {index.shape_of[name]}: models of "
-                    "different sizes", hint="use `iclrkit merge padded` or `iclrkit merge latent run`")
-    if kind == "average":
-        weights = baselines.normalise_weights(weights, len(inputs))
-    densities = baselines.ties_densities(len(inputs), density, None, None) if kind == "ties" else None
+        for tensor_name in names:
+            require(index.shape_of[tensor_name] == template.shape_of[tensor_name],
+                    f"'{tensor_name}' has shapes {template.shape_of[tensor_name]} and {index.shape_of[tensor_name]}: "
+                    "models of different sizes", hint="use `iclrkit merge padded` or `iclrkit merge latent run`")
+    prepare = method.meta.get("prepare")
+    options = prepare(options, len(inputs)) if prepare else options
     out_dtype = template.dtype if dtype == "auto" else DTYPES[dtype]
     layout = [(n, out_dtype if template.dtype_of[n].is_floating_point else template.dtype_of[n],
                template.shape_of[n]) for n in names]
     out = ctx.path("model")
     writer = ShardWriter(out, layout, max_shard_bytes or STREAM_SHARD_BYTES)
 
-    def read(index, name, rows=None):
-        tensor = index.get(name) if rows is None else index.get_rows(name, *rows)
+    def read(index, tensor_name, rows=None):
+        tensor = index.get(tensor_name) if rows is None else index.get_rows(tensor_name, *rows)
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            raise BadInputError(f"{index.directory}: weight '{name}' contains NaN or Inf")
+            raise BadInputError(f"{index.directory}: weight '{tensor_name}' contains NaN or Inf")
         return tensor
 
-    def merge(name, rows=None):
-        tensors = [read(i, name, rows) for i in inputs]
-        if kind == "average":
-            return baselines.average_tensor(tensors, weights, out_dtype if tensors[0].is_floating_point() else None)
-        reference = read(base, name, rows)
-        cast = out_dtype if reference.is_floating_point() else None
-        if kind == "task-arithmetic":
-            return baselines.task_arithmetic_tensor(tensors, reference, scaling, dtype=cast)
-        return baselines.ties_tensor(tensors, reference, densities, scaling, dtype=cast)
+    def merge(tensor_name, rows=None):
+        tensors = [read(i, tensor_name, rows) for i in inputs]
+        reference = read(base, tensor_name, rows) if base is not None else None
+        floating = (reference if reference is not None else tensors[0]).is_floating_point()
+        return method.obj(tensors, reference, options, out_dtype if floating else None)
 
     try:
         for name in names:
@@ -164,7 +190,7 @@ def stream_merge(ctx, kind: str, specs: list[str], base_spec: str | None, techni
             row = 1
             for dim in shape[1:]:
                 row *= dim
-            if kind != "ties" and len(shape) >= 1 and shape[0] * row > STREAM_CHUNK:
+            if method.rowwise and len(shape) >= 1 and shape[0] * row > STREAM_CHUNK:
                 step = max(1, STREAM_CHUNK // max(row, 1))
                 merged = torch.cat([merge(name, (r, min(r + step, shape[0]))) for r in range(0, shape[0], step)])
             else:

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import Field
 from torch import nn
 
-from toolkit.core.config import BaseConfig
+from toolkit.merge.config import DigitsZooConfig
 from toolkit.merge.models import PlainModel, save_plain
 
 DIGITS = "sklearn-digits"
@@ -158,20 +157,6 @@ def _save(path: Path, net: nn.Module, family: str, arch: dict, classes: list[int
     save_plain(model, path, metadata={"role": role})
     return {"name": path.name, "width": arch.get("channels") or arch["sizes"][1], "classes": classes, "role": role,
             "acc_task": accuracy_on(net, classes), "acc_union": accuracy_on(net)}
-
-
-class DigitsZooConfig(BaseConfig):
-    """The merge zoo: digits MLPs (or CNNs) of several widths and inits, each fine-tuned on every sub-task."""
-
-    kind: Literal["mlp", "cnn"] = Field("mlp", description="mlp: 64-h-...-10 MLPs; cnn: 3x3 conv stacks + linear head.")
-    widths: list[int] = Field([64, 64, 32], description="Hidden width (MLP) or channels (CNN) of each backbone.")
-    seeds: list[int] = Field([0, 1, 2], description="Init seed of each backbone (same length as widths).")
-    depth: int = Field(2, ge=1, description="Hidden layers per MLP / convolutions per CNN.")
-    tasks: dict[str, list[int]] = Field({"0to4": [0, 1, 2, 3, 4], "5to9": [5, 6, 7, 8, 9]},
-                                        description="Sub-task name -> digit classes it is fine-tuned on.")
-    backbone_epochs: int = Field(3, ge=1, description="Epochs on all ten classes for each backbone.")
-    finetune_epochs: int = Field(6, ge=1, description="Fine-tuning epochs per sub-task (a snapshot after each).")
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
 
 
 def run_zoo(config: DigitsZooConfig, ctx) -> None:

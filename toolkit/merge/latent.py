@@ -18,16 +18,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import Field
 
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, RunError, require
 from toolkit.merge import chunking
 from toolkit.merge.baselines import average, normalise_weights
 from toolkit.merge.common import finish, load_parents, pick_target, record_depths
+from toolkit.merge.config import LatentMergeConfig, LatentTrainConfig
 from toolkit.merge.evaluate import evaluate
 from toolkit.merge.models import PlainModel, load_for_merge, parse_model_list
 from toolkit.merge.projection import lay_out
@@ -35,54 +33,6 @@ from toolkit.merge.vae import LossWeights, VAEShape, WeightVAE, learning_rate, s
 
 PAPER = "https://openreview.net/forum?id=VSDV0SWwOC"
 VAE_WEIGHTS, VAE_META, CKPT = "vae.safetensors", "vae.json", "vae_train.pt"
-
-
-class LatentTrainConfig(BaseConfig):
-    """Train the weight VAE on a zoo of checkpoints (defaults: the official config, sorobedio/ls-merge)."""
-
-    models: list[str] = Field(default_factory=list, description="Zoo checkpoints (dirs; a folder of models expands).")
-    holdout: list[str] = Field(default_factory=list, description="Checkpoints only scored for reconstruction.")
-    target: str | None = Field(None, description="Layout every model is projected into (needed if sizes differ).")
-    align: bool = Field(True, description="Match hidden units to the target before encoding (MLPs).")
-    fill: Literal["zero", "duplicate"] = Field("zero", description="Spare units of a widened MLP/CNN: zero units "
-                                               "(exact) or copies of matched units (outgoing split; also exact).")
-    exclude: list[str] = Field(["bias", "norm", "ln"], description="Name fragments kept out of the VAE (official).")
-    chunk: int = Field(64, ge=8, description="Weights per token (official 640; 64 fits small MLP rows).")
-    window: int = Field(16, ge=2, description="Tokens per VAE sequence (official 16).")
-    d_model: int = Field(128, ge=16, description="Transformer width (official 768).")
-    heads: int = Field(4, ge=1, description="Attention heads (official 4).")
-    encoder_layers: int = Field(2, ge=1, description="Encoder blocks (official 4).")
-    decoder_layers: int = Field(2, ge=1, description="Decoder blocks (official 4).")
-    latent_dim: int = Field(64, ge=2, description="Latent size per token (stage 1 keeps one latent per token).")
-    compression: int = Field(4, ge=1, description="Stage 2: window tokens per compact latent token (r).")
-    max_layers: int = Field(64, ge=1, description="Size of the layer-embedding table.")
-    stage1_steps: int = Field(2000, ge=1, description="Stage-1 optimiser steps.")
-    stage2_steps: int = Field(1000, ge=0, description="Stage-2 (compact code) optimiser steps; 0 skips stage 2.")
-    batch_size: int = Field(128, ge=1, description="Windows per step (official 128).")
-    lr: float = Field(1e-4, gt=0, description="AdamW peak learning rate (official 1e-4).")
-    warmup_steps: int = Field(500, ge=0, description="Linear warm-up steps (official 500; capped at a quarter of a "
-                              "stage), then cosine to 0.")
-    gradient_clip: float = Field(5.0, gt=0, description="Gradient-norm clip (official 5.0).")
-    recon_weight: float = Field(1000.0, ge=0, description="Huber(δ=1) weight (official 1000).")
-    mmd_weight: float = Field(10.0, ge=0, description="MMD weight (official 0.1·100).")
-    kl_weight: float = Field(1e-4, ge=0, description="KL weight (official 1e-4).")
-    distill_weight: float = Field(100.0, ge=0, description="Stage 2: L2 to the stage-1 latents.")
-    checkpoint_every: int = Field(200, ge=1, description="Steps between --resume checkpoints.")
-
-
-class LatentMergeConfig(BaseConfig):
-    """Merge models by interpolating their VAE codes."""
-
-    models: list[str] = Field(default_factory=list, description="Models to merge.")
-    vae: str = Field(..., description="Directory written by `iclrkit merge latent train`.")
-    weights: list[float] | None = Field(None, description="Interpolation weight per model (λ); default uniform.")
-    interpolation: Literal["linear", "slerp"] = Field("linear", description="slerp needs exactly two models.")
-    code: Literal["compact", "full"] = Field("compact", description="Stage-2 compact code or the stage-1 code.")
-    target: str | None = Field(None, description="Layout to decode into (default: the VAE's training target, "
-                                                 "else the largest parent).")
-    align: bool | None = Field(None, description="Match units to the target first (default: as in training).")
-    residual: bool = Field(True, description="Add back each parent's exact reconstruction residual "
-                                             "W_i - decode(encode(W_i)), weighted by λ_i (false: the pure decode).")
 
 
 # ------------------------------------------------------------------ data

@@ -16,43 +16,11 @@ import shutil
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import require
+from toolkit.merge.config import LMZooConfig, TextTask  # noqa: F401 - TextTask: the tasks' type, importable here
 
 HELDOUT = "heldout.txt"
-
-
-class TextTask(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    train: str = Field(..., description="Training text (.txt/.jsonl[:field] or 'embedded').")
-    heldout: str | None = Field(None, description="Held-out text; default: a 10% paragraph split of `train`.")
-
-
-class LMZooConfig(BaseConfig):
-    """Tiny GPT-2s (in-process configs like zoo:gpt2-tiny) of several widths, fine-tuned per text."""
-
-    tasks: dict[str, TextTask] = Field(
-        ..., min_length=2,
-        description="Task name -> texts; the first two tasks are the merge pair's tasks A and B (the recipe: "
-                    "examples/merge-latent/gpt2-zoo.yaml, WikiText-2 vs the embedded text).")
-    widths: list[int] = Field([64, 128], description="n_embd of each backbone.")
-    seeds: list[int] = Field([0, 1], description="Init seed of each backbone (same length as widths).")
-    layers: int = Field(2, ge=1, description="Transformer blocks.")
-    heads: int = Field(4, ge=1, description="Attention heads (the same for every width).")
-    vocab: int = Field(512, ge=64, description="Shared BPE vocabulary size.")
-    context: int = Field(128, ge=16, description="n_positions.")
-    seqlen: int = Field(64, ge=8, description="Training and scoring window length.")
-    batch: int = Field(16, ge=1, description="Windows per step.")
-    backbone_steps: int = Field(300, ge=1, description="AdamW steps on both texts.")
-    finetune_steps: int = Field(200, ge=1, description="AdamW steps on one text.")
-    snapshot_every: int = Field(50, ge=1, description="Fine-tuning steps between snapshots.")
-    lr: float = Field(3e-3, gt=0, description="Backbone peak learning rate (cosine, 20 warm-up steps).")
-    finetune_lr: float = Field(1e-3, gt=0, description="Fine-tuning peak learning rate.")
-    heldout_chars: int = Field(40_000, ge=1000, description="Held-out text kept for scoring (its first characters).")
-    score_windows: int = Field(64, ge=1, description="Held-out windows scored per task.")
 
 
 def _gpt2(config: LMZooConfig, width: int):

@@ -25,11 +25,11 @@ from pydantic import Field
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError
+from toolkit.merge.config import MergeOptions
 
 SUPPORTED = ("linear", "task_arithmetic", "ties")
 PAPERS = {"linear": "https://arxiv.org/abs/2203.05482", "task_arithmetic": "https://arxiv.org/abs/2212.04089",
           "ties": "https://arxiv.org/abs/2306.01708"}
-TECHNIQUE = {"linear": "merge.average", "task_arithmetic": "merge.task-arithmetic", "ties": "merge.ties"}
 DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16", "half": "float16",
           "bfloat16": "bfloat16", "bf16": "bfloat16"}
 NORMALIZE_DEFAULT = {"linear": True, "task_arithmetic": False, "ties": True}
@@ -219,19 +219,30 @@ def _command(name: str, models: list[str], weights=None, base=None, scaling=None
     return shlex.join(parts)
 
 
-def merged_state(config: MergekitConfig, parents, base):
-    """The merged state dict: the same baselines call the plain iclrkit merge makes when weights are uniform."""
-    from toolkit.merge import baselines
+def method_for(merge_method: str):
+    """The registered merge method (kind "merge") computing mergekit's `merge_method`."""
+    from toolkit.core.registry import registry
 
-    states = [p.state for p in parents]
-    if config.merge_method == "linear":
-        return baselines.average(states, config.weights)
-    if config.merge_method == "task_arithmetic":
-        return baselines.task_arithmetic(states, base.state, config.scaling, weights=config.weights)
-    if config.weights is None and config.densities is None:
-        return baselines.ties(states, base.state, config.density, config.scaling)
-    return baselines.ties(states, base.state, config.density, config.scaling, weights=config.weights,
-                          densities=config.densities, normalize=config.normalize)
+    for method in registry("merge"):
+        if method.meta.get("mergekit") == merge_method:
+            return method
+    raise BadInputError(f"mergekit merge_method '{merge_method}' is not supported", f"supported: {', '.join(SUPPORTED)}")
+
+
+def technique_of(merge_method: str) -> str:
+    """The iclrkit technique (command) a mergekit method runs as: merge.average for linear, ..."""
+    return f"merge.{method_for(merge_method).name}"
+
+
+def merged_state(config: MergekitConfig, parents, base):
+    """The merged state dict by the registered method mergekit's `merge_method` names, with the translated
+    options: with uniform weights (weights None) the very call the plain iclrkit merge makes."""
+    from toolkit.merge.common import merge_states
+
+    method = method_for(config.merge_method)
+    options = MergeOptions(weights=config.weights, scaling=config.scaling, density=config.density,
+                           densities=config.densities, normalize=config.normalize)
+    return merge_states(method.name, [p.state for p in parents], base.state if method.needs_base else None, options)
 
 
 def run_mergekit(config: MergekitConfig, ctx, translation: Translation, command: str) -> None:
@@ -252,7 +263,7 @@ def run_mergekit(config: MergekitConfig, ctx, translation: Translation, command:
     for name, tensor in state.items():
         require(not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()),
                 f"the merge produced NaN/Inf in '{name}'")
-    technique = TECHNIQUE[config.merge_method]
+    technique = technique_of(config.merge_method)
     merged = like(base, state)
     out = ctx.path("model")
     meta = {"technique": technique, "parents": [p.source for p in parents], "mergekit": config.source}

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import Field
 
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError
+from toolkit.segment.config import BenchConfig, ConvertConfig, InferConfig
 from toolkit.segment.mbunet import (
     ARCH_FILE,
     iou_per_class,
@@ -40,14 +38,6 @@ def _model_kind(path: str) -> str:
     raise BadInputError(f"{path} is not an MBU-Net directory", "train one with `iclrkit segment mbunet train`")
 
 
-class ConvertConfig(BaseConfig):
-    """Pack a trained masked/binary MBU-Net: bit planes + folded BN thresholds; checks the packed model reproduces
-    the float model's logits exactly on `check_images` procedural scenes."""
-
-    model: str
-    check_images: int = Field(4, ge=0)
-
-
 def run_convert(config: ConvertConfig, ctx) -> dict:
     from toolkit.segment.data import procedural_scenes
 
@@ -68,19 +58,6 @@ def run_convert(config: ConvertConfig, ctx) -> dict:
         metrics["exact"] = bool(torch.equal(reference, result))
     ctx.metrics.update(metrics)
     return metrics
-
-
-class InferConfig(BaseConfig):
-    """Segment images with a packed (the bit-packed kernels of --device) or float MBU-Net; writes masks/NAME.png
-    (class indices, palette) and overlays/NAME.png; reports mIoU per class when ground-truth masks exist."""
-
-    model: str
-    data: str = "procedural"  # folder with images/ (and optionally masks/), or `procedural`
-    size: int | None = Field(None, ge=16)  # default: the training size
-    n_images: int = Field(8, ge=1)  # procedural scenes
-    limit: int | None = Field(None, ge=1)  # first N images only
-    overlays: bool = True
-    alpha: float = Field(0.5, ge=0, le=1)  # overlay opacity
 
 
 def _save_png(array, path: Path, palette: bool) -> None:
@@ -125,18 +102,6 @@ def run_infer(config: InferConfig, ctx) -> dict:
         metrics["iou"] = {n: (None if v is None else 100 * v) for n, v in zip(names, per_class)}
     ctx.metrics.update(metrics)
     return metrics
-
-
-class BenchConfig(BaseConfig):
-    """Time the packed binary layers against torch fp32 conv2d of the same shapes (each on the layer's real input
-    at size x size, batch 1), and the whole packed network against an fp32 U-Net of the same architecture; each
-    figure is the best of `repeats` runs."""
-
-    model: str
-    size: int = Field(256, ge=16)
-    repeats: int = Field(20, ge=1)  # timings are the best of these (robust on a shared machine)
-    threads: int | None = Field(None, ge=1)  # torch / OpenMP threads (default: torch's)
-    timer: Literal["wall", "thread-cpu"] = "wall"  # thread-cpu: CPU time of the calling thread (load-proof, 1 thread)
 
 
 def run_bench(config: BenchConfig, ctx) -> dict:

@@ -4,13 +4,10 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
 
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import RunError
 from toolkit.nn.schedule import cosine_steps
 from toolkit.segment.budget import (
@@ -21,6 +18,7 @@ from toolkit.segment.budget import (
     uniform_gains,
     zero_fractions,
 )
+from toolkit.segment.config import MBUNetTrainConfig
 from toolkit.segment.mbunet import ARCH_FILE, WEIGHTS_FILE, UNet, iou_per_class, mean_iou, predict, save_model
 
 
@@ -75,54 +73,6 @@ def train_steps(model: UNet, images: torch.Tensor, masks: torch.Tensor, steps: i
     if stage1_steps:
         model.set_binary_activations(True)
     return losses, optimizer
-
-
-class MBUNetTrainConfig(BaseConfig):
-    """Train an MBU-Net (masked binary), a plain binary or an fp32 U-Net on a folder of images + PNG masks or on
-    the procedural benchmark. Masked: cost-aware greedy masking within `mask_budget`; with the paper's uniform
-    sensitivity (`mask_search=cost`) the masks are fixed before training and train from step 0; with measured gains
-    (`probe`) the network first trains binary for `warmup_fraction` of the steps (paper: arXiv 2601.11660; the
-    official harness github.com/ChunshuWu/MBU-Net has no training code, so the schedule here is ours)."""
-
-    data: str = "procedural"  # `procedural` or a folder with images/ and masks/
-    variant: Literal["masked", "binary", "fp32"] = "masked"
-    num_classes: int | None = Field(None, ge=2)  # default: 4 procedural, else max mask value + 1
-    size: int = Field(64, ge=16)  # training resolution (multiple of 2^depth)
-    n_images: int = Field(600, ge=2)  # procedural scenes to generate
-    val_fraction: float = Field(0.2, gt=0, lt=1)
-    width: int = Field(16, ge=2)  # channels of the first level (doubles per level)
-    depth: int = Field(3, ge=1, le=5)
-    steps: int = Field(1500, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(2e-3, gt=0)
-    mask_rule: Literal["ratio", "threshold"] = "ratio"  # zero a fixed fraction per channel, or TWN |w| <= m·mean|w|
-    mask_search: Literal["cost", "probe"] = "cost"  # cost: uniform sensitivity (paper); probe: measured loss gains
-    mask_ratio: float = Field(0.5, gt=0)  # cost search: the mask given to chosen layers (fraction, or TWN factor)
-    mask_budget: float = Field(0.5, ge=0)  # extra bit-ops allowed, as a fraction of the all-binary network's
-    warmup_fraction: float = Field(0.5, ge=0, lt=1)  # probe search: share of steps trained binary before probing
-    mask_candidates: list[float] = [0.3, 0.5, 0.7]  # probe search: masks tried per layer
-    mask_ratios: dict[str, float] | None = None  # fixed ratios per layer: skips the search
-    probe_images: int = Field(32, ge=1)  # training images the search scores gains on
-    # issue 30 levers (binary variants; off by default)
-    shortcut: bool = False  # Bi-Real: real-valued identity shortcut around every binary conv
-    learnable: bool = False  # ReActNet: learnable RSign threshold before each sign + RPReLU (needs shortcut)
-    two_stage: float = Field(0.0, ge=0, lt=1)  # share of steps trained with real activations first (stage 1)
-    distill: float = Field(0.0, ge=0, le=1)  # weight of KD from an fp32 teacher: (1 - d) CE + d KD
-    distill_temperature: float = Field(1.0, gt=0)
-    teacher: str | None = None  # trained fp32 MBU-Net directory; default with distill > 0: train one here first
-
-    @model_validator(mode="after")
-    def _check(self):
-        if self.size % (2**self.depth):
-            raise ValueError(f"size {self.size} must be a multiple of 2^depth = {2**self.depth}")
-        masks = self.mask_candidates + [self.mask_ratio] + list((self.mask_ratios or {}).values())
-        if self.mask_rule == "ratio" and any(not 0 <= r < 1 for r in masks):
-            raise ValueError("mask ratios must lie in [0, 1)")
-        if self.mask_rule == "threshold" and any(not 0 <= r < 3 for r in masks):
-            raise ValueError("TWN threshold factors must lie in [0, 3)")
-        if self.learnable and not self.shortcut:
-            raise ValueError("learnable (RSign/RPReLU) needs shortcut")
-        return self
 
 
 def train(config: MBUNetTrainConfig, ctx) -> dict:
