@@ -91,3 +91,16 @@ def test_out_of_range_knob(cli, tiny_llama_dir, qa_file, tmp_path):
     r = cli(["prompt", "mhlp", "--task-model", tiny_llama_dir, "--proposer-model", tiny_llama_dir, "-d", qa_file,
              "--thinning", "0", "-o", tmp_path / "o"])
     assert r.exit_code == 2
+
+
+def test_concurrency_is_a_config_key(cli, qa_file, tmp_path):
+    spec = "openai:m@http://127.0.0.1:9/v1"
+    config = tmp_path / "mhlp.yaml"
+    config.write_text("concurrency: 4\nsteps: 3\n")
+    r = cli(["prompt", "mhlp", "--task-model", spec, "--proposer-model", spec, "-d", qa_file, "--config", config,
+             "--dry-run"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["config"]["concurrency"] == 4
+    r = cli(["prompt", "mhlp", "--task-model", spec, "--proposer-model", spec, "-d", qa_file, "--config", config,
+             "--set", "concurrency=0", "-o", tmp_path / "o"])
+    assert r.exit_code == 2 and "concurrency" in r.stderr and not (tmp_path / "o").exists()

@@ -151,3 +151,38 @@ def test_bad_input_exits_2(cli, files, tmp_path, case):
     assert r.exit_code == 2, (r.stdout, r.stderr)
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_run_concurrency_is_a_config_key_with_identical_results(cli, tmp_path):
+    rows = [{"question_id": f"h{i}", "question_text": "Who wrote X?", "answers_objects": [{"spans": ["Ann"]}],
+             "contexts": [{"id": "0", "title": "X", "paragraph_text": "X was written by Ann.", "is_supporting": True}]}
+            for i in range(4)]
+    data = tmp_path / "hotpot.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in rows))
+
+    def reply(prompt: str) -> str:
+        if prompt.endswith("Question: Who wrote X?\n"):
+            return "Follow up: Who wrote X?"
+        if prompt.endswith("Follow up: Who wrote X?\n"):
+            return "Let's search the question in Wikipedia."
+        if prompt.endswith("Intermediate answer:"):
+            return " Ann"
+        return "So the final answer is: <answer short>Ann</answer short>"
+
+    config = tmp_path / "run.yaml"
+    config.write_text("concurrency: 3\n")
+    seen = {}
+    for name, extra, gate in [("one", [], 0), ("three", ["--config", config], 3)]:
+        server = LoopbackServer(reply=reply, gate=gate)
+        with server as url:
+            r = cli(["rag", "deeprag", "run", "-m", f"openai:s@{url}", "-d", data, "--index", "contexts", *extra,
+                     "-o", tmp_path / name])
+        assert r.exit_code == 0, r.stderr
+        seen[name] = (server.max_in_flight, json.loads((tmp_path / name / "run.json").read_text())["config"],
+                      (tmp_path / name / "results.json").read_text())
+    assert seen["one"][0] == 1 and seen["three"][0] == 3  # the four questions' requests go out together
+    assert seen["one"][1]["concurrency"] == 1 and seen["three"][1]["concurrency"] == 3
+    assert seen["one"][2] == seen["three"][2]
+    r = cli(["rag", "deeprag", "synth", "-m", "openai:s@http://127.0.0.1:9/v1", "-d", data, "--index", "contexts",
+             "--set", "concurrency=0", "-o", tmp_path / "bad"])
+    assert r.exit_code == 2 and "concurrency" in r.stderr and not (tmp_path / "bad").exists()

@@ -70,8 +70,56 @@ def test_cli_concurrency_zero_exits_2(cli, tmp_path):
     data.write_text('{"question": "q?", "answer": "a"}\n')
     result = cli(["rag", "deeprag", "run", "-m", "openai:m@http://127.0.0.1:9/v1", "-d", data, "--index", "contexts",
                   "--concurrency", "0", "-o", tmp_path / "o"])
-    assert result.exit_code == 2 and "concurrency must be a whole number >= 1" in result.stderr
-    assert not (tmp_path / "o").exists()
+    assert result.exit_code == 2 and "invalid config value for 'concurrency'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
     result = cli(["prompt", "mhlp", "--task-model", "openai:m@http://127.0.0.1:9/v1", "--proposer-model",
                   "openai:m@http://127.0.0.1:9/v1", "-d", data, "--concurrency", "0", "-o", tmp_path / "o"])
     assert result.exit_code == 2 and "concurrency" in result.stderr
+
+
+def test_ordered_map_is_bounded_and_keeps_input_order():
+    import threading
+
+    from toolkit.llm.pool import ordered_map
+
+    lock, state = threading.Lock(), {"now": 0, "most": 0}
+    together = threading.Barrier(3, timeout=10)  # the first three calls meet: three run at once
+    last_done = threading.Event()
+
+    def call(i):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        if i < 3:
+            together.wait()
+        if i == 0:
+            last_done.wait(10)  # item 0 finishes after the last one, yet comes out first
+        if i == 7:
+            last_done.set()
+        with lock:
+            state["now"] -= 1
+        return i * i
+
+    assert list(ordered_map(call, range(8), 3)) == [i * i for i in range(8)]
+    assert state["most"] == 3
+
+
+def test_ordered_map_sequential_in_the_callers_thread_and_errors_propagate():
+    import threading
+
+    from toolkit.llm.pool import ordered_map
+
+    here = threading.get_ident()
+    assert list(ordered_map(lambda i: threading.get_ident() == here, range(3), 1)) == [True] * 3
+
+    def fails_on_two(i):
+        if i == 2:
+            raise ValueError("row 2")
+        return i
+
+    with pytest.raises(ValueError, match="row 2"):
+        list(ordered_map(fails_on_two, range(6), 3))
+
+
+def test_local_backends_take_one_request_at_a_time(tiny_llama_dir):
+    assert load_llm(str(tiny_llama_dir), concurrency=8).concurrency == 1

@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from toolkit.core.config import BaseConfig
-
-
-class FixturesConfig(BaseConfig):
-    """Synthetic VideoMathQA and MMSearch-Plus data in the official formats (see toolkit/bench/fixtures.py)."""
-
-    which: Literal["all", "videomathqa", "mmsearch"] = "all"
+from toolkit.bench.config import FixturesConfig
 
 
 def run_fixtures(config: FixturesConfig, ctx) -> dict:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from PIL import Image
 
+from toolkit.bench.config import CANARY
 from toolkit.core.errors import BadInputError
 from toolkit.eval.metrics import normalize_answer, token_f1
 
-CANARY = "MMSearch-Plus"
 TEXT_FIELDS = ("question", "video_url", "arxiv_id")
 IMAGE_FIELDS = ("img_1", "img_2", "img_3", "img_4", "img_5")
 

@@ -5,50 +5,18 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 import numpy as np
-from pydantic import Field
 
 from toolkit.bench import agent as ag
 from toolkit.bench import mmsearch as ms
+from toolkit.bench.config import MMSearchConfig
 from toolkit.bench.data import find_annotation, load_records, require_fields
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
 
-Mode = Literal["no_search", "image_search", "rollout", "rollout_som"]
 MODE_TOOLS = {"no_search": (), "image_search": (), "rollout": ("text_search", "image_search", "fetch"),
               "rollout_som": ("text_search", "image_search", "fetch", "crop")}
-
-
-class MMSearchConfig(BaseConfig):
-    """MMSearch-Plus (https://arxiv.org/abs/2508.21475, data Cie1/MMSearch-Plus, repo mmsearch-plus/MMSearch-Plus).
-
-    The paper evaluates four modes: without search; with the top-10 whole-image search results; a full rollout
-    with text and image search (at most 20 rounds); and the rollout with Set-of-Mark (numbered marks, crops, and
-    searches on the crops). The official agent, judge prompt and SoM boxes are unreleased: the agent and the
-    SimpleQA-style judge here are ours, tasks without `som_boxes` get a 2×2 grid of marks, and results are
-    labelled with the judge that produced them."""
-
-    model: str  # openai:MODEL@URL (vision: images as base64) | path | zoo:NAME (text-only)
-    data: str  # MMSearch-Plus rows (.jsonl/.json/.parquet) or a directory holding mmsearch_plus.*
-    search: Optional[str] = None  # offline:CORPUS.jsonl | http(s)://search-service (see HTTPSearch)
-    modes: list[Mode] = ["no_search", "image_search", "rollout", "rollout_som"]
-    max_rounds: int = Field(20, ge=1)
-    top_k: int = Field(10, ge=1)  # search results per call (the paper's image-search mode gives 10)
-    max_observation_chars: int = Field(4000, ge=100)
-    max_transcript_chars: int = Field(60000, ge=1000)
-    time_limit_s: float = Field(600.0, gt=0)  # per task and mode
-    max_new_tokens: int = Field(512, ge=1)
-    judge_model: Optional[str] = None  # None: SQuAD-normalised exact match
-    canary: str = ms.CANARY
-    encrypted: bool = True  # False for rows that are already decrypted
-    use_images: bool = True
-    image_max_side: int = Field(768, ge=16)
-    limit: Optional[int] = Field(None, ge=1)
-    log_plaintext: bool = False  # write decrypted questions/answers into predictions.jsonl
-    request_timeout: float = Field(600.0, gt=0)
-    cache_dir: Optional[str] = None
 
 
 def load_tasks(config: MMSearchConfig) -> list[dict]:
@@ -136,7 +104,11 @@ def plan_mmsearch(config: MMSearchConfig, ctx) -> dict:
 
 
 def run_mmsearch(config: MMSearchConfig, ctx) -> dict:
+    """The (mode, task) runs keep up to the model's `concurrency` agents going at once (each agent's own turns stay
+    in order), then the judge grades up to its own `concurrency` answers at once; records keep the input order, so
+    every concurrency gives the same predictions."""
     from toolkit.bench.vision import ModelPool, VisionModel
+    from toolkit.llm.pool import ordered_map
 
     tasks = load_tasks(config)
     search = open_search(config.search)
@@ -145,7 +117,7 @@ def run_mmsearch(config: MMSearchConfig, ctx) -> dict:
             f"modes {', '.join(needs_search)} need a search back end", "--search offline:CORPUS.jsonl or a URL")
     limits = ag.Limits(config.max_rounds, config.max_observation_chars, config.max_transcript_chars,
                        config.time_limit_s, config.top_k)
-    pool = ModelPool(ctx.device, ctx.torch_dtype, config.cache_dir, config.request_timeout)
+    pool = ModelPool(ctx.device, ctx.torch_dtype, config.cache_dir, config.request_timeout, config.concurrency)
     model = VisionModel(pool.get(config.model), config.use_images, config.image_max_side, seed=ctx.seed)
     judge = pool.get(config.judge_model) if config.judge_model else None
 
@@ -155,12 +127,22 @@ def run_mmsearch(config: MMSearchConfig, ctx) -> dict:
     def ask_judge(prompt):
         return judge.generate([prompt], max_new_tokens=16, temperature=0.0, seed=ctx.seed, chat=True)[0].text
 
-    records = []
+    def attempt(work: tuple[str, dict]) -> dict:
+        mode, task = work
+        return solve(task, mode, ask, search, limits)
+
+    def grade(pair: tuple[dict, dict]) -> dict:
+        task, outcome = pair
+        return ms.judge_answer(task["question"], task["answer"], outcome["prediction"], ask_judge if judge else None)
+
     work = [(mode, task) for mode in config.modes for task in tasks]
-    for mode, task in ctx.progress(work, total=len(work), description="mmsearch"):
-        outcome = solve(task, mode, ask, search, limits)
-        verdict = ms.judge_answer(task["question"], task["answer"], outcome["prediction"],
-                                  ask_judge if judge else None)
+    outcomes = list(ctx.progress(ordered_map(attempt, work, model.llm.concurrency), total=len(work),
+                                 description="mmsearch"))
+    graded = [(task, outcome) for (_, task), outcome in zip(work, outcomes)]
+    verdicts = (list(ctx.progress(ordered_map(grade, graded, judge.concurrency), total=len(graded),
+                                  description="mmsearch judge")) if judge else [grade(pair) for pair in graded])
+    records = []
+    for (mode, task), outcome, verdict in zip(work, outcomes, verdicts):
         record = {"id": task["id"], "mode": mode, "category": task["category"], "difficulty": task["difficulty"],
                   **outcome, **verdict}
         if config.log_plaintext:

@@ -96,8 +96,13 @@ def cot_letter(response: str, options: list[str], answer: str, extract: Callable
                rng: np.random.Generator) -> tuple[str, str]:
     """(letter, the extractor's reply); the letter then goes through extract_characters_regex as upstream."""
     reply = extract(extraction_prompt(options, response))
+    return letter_of_reply(reply, options, answer, rng), reply
+
+
+def letter_of_reply(reply: str, options: list[str], answer: str, rng: np.random.Generator) -> str:
+    """The extractor's letter, or (it failed) a random wrong one drawn from `rng`."""
     choice = parse_extracted_letter(reply, len(options))
-    return (choice if choice is not None else random_wrong_letter(answer, len(options), rng)), reply
+    return choice if choice is not None else random_wrong_letter(answer, len(options), rng)
 
 
 # ---- step-wise CoT judge ----

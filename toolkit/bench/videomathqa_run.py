@@ -4,46 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field
 
 from toolkit.bench import videomathqa as vm
+from toolkit.bench.config import VideoMathQAConfig
 from toolkit.bench.data import find_annotation, load_records, require_fields
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
 
 FIELDS = ("question_id", "videoID", "question", "options", "answer", "category", "length")
-
-
-class VideoMathQAConfig(BaseConfig):
-    """VideoMathQA (https://arxiv.org/abs/2506.05349, data MBZUAI/VideoMathQA, project mbzuai-oryx/VideoMathQA;
-    official scoring in EvolvingLMMs-Lab/lmms-eval `lmms_eval/tasks/videomathqa`).
-
-    Defaults follow the lmms-eval task YAMLs: 32 frames, greedy decoding, 16 new tokens for direct answers and
-    8096 for CoT; CoT letters mapped by an LLM (T 0.7, 16 tokens) with a random wrong letter on failure; the step
-    judge samples at T 0.6 with up to 32768 tokens (upstream: Qwen3-4B in thinking mode)."""
-
-    model: str  # answering model: openai:MODEL@URL (vision server, images sent as base64) | path | zoo:NAME
-    data: str  # annotation file (.jsonl/.json/.parquet) or a directory holding mcq.* / multi_binary.*
-    video_dir: Optional[str] = None  # default: <data dir>/videos/<videoID>.mp4
-    subtitle_dir: Optional[str] = None  # default: <data dir>/subtitles/<videoID>.srt
-    task: Literal["mcq", "mbin"] = "mcq"  # mbin from 5-way rows derives the correct-vs-distractor pairs
-    cot: bool = False  # chain-of-thought prompt + LLM letter extraction (+ step score with judge_model)
-    subtitles: bool = False  # the _w_subtitle variants
-    frame_num: int = Field(32, ge=-1)  # frames sent to the model; -1 = every frame
-    max_new_tokens: Optional[int] = Field(None, ge=1)  # default 16 direct / 8096 CoT
-    use_images: bool = True  # False (or a backend without vision) sends the text alone
-    image_max_side: int = Field(768, ge=16)
-    extractor_model: Optional[str] = None  # CoT letter mapping (upstream Qwen3-4B); default: the answering model
-    extractor_temperature: float = Field(0.7, ge=0)
-    judge_model: Optional[str] = None  # CoT step judge (upstream Qwen3-4B thinking); None = no step score
-    judge_temperature: float = Field(0.6, ge=0)
-    judge_max_tokens: int = Field(32768, ge=1)
-    limit: Optional[int] = Field(None, ge=1)  # first N questions
-    request_timeout: float = Field(600.0, gt=0)
-    cache_dir: Optional[str] = None  # disk cache of server replies (re-runs do not re-query)
 
 
 def resolve_paths(config: VideoMathQAConfig) -> tuple[Path, Path, Path]:
@@ -121,43 +90,62 @@ def plan_videomathqa(config: VideoMathQAConfig, ctx) -> dict:
 
 
 def run_videomathqa(config: VideoMathQAConfig, ctx) -> dict:
+    """Each stage (answers, CoT letter extraction, step judge) keeps up to its backend's `concurrency` requests in
+    flight; rows are recorded in input order and the extractor's random fallback letters are drawn in that order
+    too, so every concurrency gives the same predictions."""
     from toolkit.bench.vision import ModelPool, VisionModel
+    from toolkit.llm.pool import ordered_map
 
     rows, videos, subtitles = load_items(config)
-    pool = ModelPool(ctx.device, ctx.torch_dtype, config.cache_dir, config.request_timeout)
+    pool = ModelPool(ctx.device, ctx.torch_dtype, config.cache_dir, config.request_timeout, config.concurrency)
     model = VisionModel(pool.get(config.model), use_images=config.use_images, max_side=config.image_max_side,
                         seed=ctx.seed)
     max_tokens = config.max_new_tokens or (8096 if config.cot else 16)
-    extractor = pool.get(config.extractor_model or config.model)
-    rng = np.random.default_rng(ctx.seed)
+    extractor = pool.get(config.extractor_model or config.model) if config.cot else None
+    judge = pool.get(config.judge_model) if config.cot and config.judge_model else None
 
-    def extract(prompt: str) -> str:
-        return extractor.generate([prompt], max_new_tokens=16, temperature=config.extractor_temperature,
-                                  seed=ctx.seed, chat=True)[0].text
-
-    records = []
-    for row in ctx.progress(rows, total=len(rows), description="videomathqa"):
+    def answer(row: dict) -> str:
         frames, subtitle_text = item_inputs(row, config, videos, subtitles, model.sees_images)
         prompt = vm.build_prompt(row["question"], row["options"], config.cot, subtitle_text)
-        response = model.ask(prompt, frames, max_new_tokens=max_tokens)
+        return model.ask(prompt, frames, max_new_tokens=max_tokens)
+
+    def extract(pair: tuple[dict, str]) -> str:
+        row, response = pair
+        return extractor.generate([vm.extraction_prompt(row["options"], response)], max_new_tokens=16,
+                                  temperature=config.extractor_temperature, seed=ctx.seed, chat=True)[0].text
+
+    def grade(pair: tuple[dict, str]) -> dict:
+        row, response = pair
+        reply = judge.generate([vm.step_judge_prompt(row["question"], row["options"], row["steps"], row["answer"],
+                                                     response)],
+                               max_new_tokens=config.judge_max_tokens, temperature=config.judge_temperature,
+                               seed=ctx.seed, chat=True)[0].text
+        return vm.parse_score_card(reply)
+
+    def stage(function, items, llm, name: str) -> list:
+        return list(ctx.progress(ordered_map(function, items, llm.concurrency), total=len(items), description=name))
+
+    responses = stage(answer, rows, model.llm, "videomathqa")
+    records = []
+    for row, response in zip(rows, responses):
         record = {key: row[key] for key in ("question_id", "videoID", "category", "length", "answer", "pair",
                                             "reasoning_type") if key in row}
         record["response"] = response
-        if config.cot:
-            letter, record["extractor_reply"] = vm.cot_letter(response, row["options"], row["answer"], extract, rng)
-            record["extractor_ok"] = vm.parse_extracted_letter(record["extractor_reply"], len(row["options"])) \
-                is not None
-            record["pred_answer"] = vm.extract_characters_regex(letter)
-        else:
-            record["pred_answer"] = vm.extract_characters_regex(response)
-        if config.cot and config.judge_model:
-            judge = pool.get(config.judge_model)
-            reply = judge.generate([vm.step_judge_prompt(row["question"], row["options"], row["steps"],
-                                                         row["answer"], response)],
-                                   max_new_tokens=config.judge_max_tokens, temperature=config.judge_temperature,
-                                   seed=ctx.seed, chat=True)[0].text
-            record["score_card"] = vm.parse_score_card(reply)
         records.append(record)
+    if config.cot:
+        rng = np.random.default_rng(ctx.seed)
+        replies = stage(extract, list(zip(rows, responses)), extractor, "videomathqa extract")
+        for row, record, reply in zip(rows, records, replies):
+            letter = vm.letter_of_reply(reply, row["options"], row["answer"], rng)
+            record["extractor_reply"] = reply
+            record["extractor_ok"] = vm.parse_extracted_letter(reply, len(row["options"])) is not None
+            record["pred_answer"] = vm.extract_characters_regex(letter)
+    else:
+        for record in records:
+            record["pred_answer"] = vm.extract_characters_regex(record["response"])
+    if judge is not None:
+        for record, card in zip(records, stage(grade, list(zip(rows, responses)), judge, "videomathqa judge")):
+            record["score_card"] = card
     pool.close()
     return summarise(records, config, model.modality, ctx)
 

@@ -57,10 +57,13 @@ class VisionModel:
 
 
 class ModelPool:
-    """Loads each model spec once (the answering model often doubles as extractor or judge)."""
+    """Loads each model spec once (the answering model often doubles as extractor or judge); a server backend keeps
+    up to `concurrency` requests in flight (its `.concurrency`; local models have 1)."""
 
-    def __init__(self, device: str, dtype=None, cache_dir: str | None = None, timeout: float = 600.0):
+    def __init__(self, device: str, dtype=None, cache_dir: str | None = None, timeout: float = 600.0,
+                 concurrency: int = 1):
         self.device, self.dtype, self.cache_dir, self.timeout = device, dtype, cache_dir, timeout
+        self.concurrency = concurrency
         self._loaded: dict[str, LLM] = {}
 
     def get(self, spec: str) -> LLM:
@@ -68,7 +71,7 @@ class ModelPool:
             from toolkit.llm import load_llm
 
             self._loaded[spec] = load_llm(spec, device=self.device, dtype=self.dtype, cache_dir=self.cache_dir,
-                                          timeout=self.timeout)
+                                          timeout=self.timeout, concurrency=self.concurrency)
         return self._loaded[spec]
 
     def close(self) -> None:

@@ -39,6 +39,9 @@ class ScoredText:
 class LLM:
     name: str = "llm"
     capabilities: frozenset[str] = frozenset()
+    # requests a caller may have in flight on this backend at once: 1 for a model held in this process (one forward
+    # at a time); a server backend takes the command's `concurrency`
+    concurrency: int = 1
 
     def require(self, capability: str, purpose: str) -> None:
         if capability not in self.capabilities:

@@ -6,22 +6,12 @@ from __future__ import annotations
 from toolkit.core.errors import BadInputError
 from toolkit.llm.base import LLM
 
-# What the CLI's --concurrency sets for every OpenAI-compatible backend a command loads (requests in flight at once).
-SERVER_DEFAULTS: dict = {"concurrency": 1}
-
-
-def set_server_concurrency(concurrency: int) -> None:
-    """Called by commands with --concurrency; bad values are bad input (exit 2)."""
-    from toolkit.llm.openai_backend import check_concurrency
-
-    SERVER_DEFAULTS["concurrency"] = check_concurrency(concurrency)
-
 
 def load_llm(spec: str, device: str = "cpu", dtype=None, cache_dir: str | None = None, timeout: float = 60.0,
-             concurrency: int | None = None) -> LLM:
+             concurrency: int = 1) -> LLM:
     """`openai:MODEL@http://host:port/v1` (any OpenAI-compatible server; key from OPENAI_API_KEY) or a model spec
     for a local Hugging Face model (path, hub id, zoo:NAME). `concurrency`: requests a server backend keeps in
-    flight (default: SERVER_DEFAULTS, i.e. --concurrency, else 1); local models ignore it."""
+    flight (a command passes its config's `concurrency`); local models ignore it."""
     if not spec:
         raise BadInputError("empty LLM spec")
     if spec.startswith("openai:"):
@@ -31,7 +21,7 @@ def load_llm(spec: str, device: str = "cpu", dtype=None, cache_dir: str | None =
         if not model or not base_url:
             raise BadInputError(f"bad LLM spec '{spec}'", "use openai:MODEL@http://host:port/v1")
         return OpenAIBackend(model=model, base_url=base_url, cache_dir=cache_dir, timeout=timeout,
-                             concurrency=SERVER_DEFAULTS["concurrency"] if concurrency is None else concurrency)
+                             concurrency=concurrency)
     from toolkit.llm.hf import HFBackend
 
     return HFBackend(spec, device=device, dtype=dtype)

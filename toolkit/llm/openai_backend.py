@@ -8,12 +8,12 @@ import hashlib
 import json
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from toolkit.core.errors import BadInputError, ResourceError
 from toolkit.llm.base import LLM, Completion, ScoredText
+from toolkit.llm.pool import ordered_map
 
 DEFAULT_CONCURRENCY = 1
 
@@ -53,10 +53,7 @@ class OpenAIBackend(LLM):
 
     def _map(self, function: Callable, items: Sequence) -> list:
         """function over items, at most `concurrency` requests in flight; results in input order."""
-        if self.concurrency == 1 or len(items) <= 1:
-            return [function(item) for item in items]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
-            return list(pool.map(function, items))
+        return list(ordered_map(function, items, self.concurrency))
 
     def _call(self, kind: str, request: dict[str, Any]) -> dict[str, Any]:
         key = hashlib.sha256(json.dumps([kind, self.model, request], sort_keys=True).encode()).hexdigest()

@@ -4,55 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field
 
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, ResourceError, require
 from toolkit.prompt import mhlp
-
-
-class MHLPConfig(BaseConfig):
-    """Textual Bayes / MHLP (https://arxiv.org/abs/2506.10060, code layer6ai-labs/textual-bayes).
-
-    Defaults follow conf/method/textual_bayes.yaml and mcmc/malangevin.yaml: 20 steps (one example each),
-    burn-in 2, thinning 2, 1 chain, β = 100, task temperature 1. Extra chains restart from the initial prompt
-    with their own seeds (the official code rewords it with an LLM first).
-
-    Baselines, each answering every evaluation question as many times as there are posterior samples (T as the
-    ensemble, answer frequencies): `single` = the single best prompt (highest greedy accuracy on the chain's
-    training examples among the initial and the sampled prompts), `initial` = the initial prompt.
-
-    `predictive="score"` (an option beyond the official code, for classification): instead of sampling one answer
-    per prompt, each prompt gives class probabilities from the task model's log-probability of the answer line
-    (`answer_template`) for every class, normalised over the classes; the ensemble is their Bayesian model average
-    over the posterior samples, `single`/`initial` are that prompt's own probabilities, and the single best prompt
-    is picked by accuracy on the chain examples (ties: mean gold log-probability). No generation, so evaluation is
-    far cheaper."""
-
-    task_model: str
-    proposer_model: str
-    data: str  # JSONL with "question" and "answer"
-    initial_prompt: str = "You are a helpful assistant. Think step by step."
-    meta_prompt: str = mhlp.DEFAULT_META_PROMPT
-    beta: float = Field(100.0, ge=0)
-    steps: int = Field(20, ge=1)
-    burn_in: int = Field(2, ge=0)
-    thinning: int = Field(2, ge=1)
-    chains: int = Field(1, ge=1)
-    train_size: int = Field(20, ge=1)  # chain examples carved from the data (fixed seed)
-    eval_size: int = Field(100, ge=1)  # evaluation examples (disjoint from the chain examples)
-    temperature: float = Field(1.0, ge=0)
-    max_response_tokens: int = Field(64, ge=1)
-    max_prompt_tokens: int = Field(64, ge=1)
-    answer_pattern: str = mhlp.ANSWER_PATTERN
-    classes: Optional[list[str]] = None  # answer labels; default: the distinct gold answers in the data
-    predictive: Literal["sample", "score"] = "sample"  # answer frequencies (official) or class-word scoring
-    answer_template: str = "Answer: {}"  # predictive="score": the scored answer line, {} = the class
-    chat: bool = False  # send prompts through the chat template and score replies as assistant turns (instruct
-    # models; needs a backend with 'chat_score', i.e. a local model)
+from toolkit.prompt.config import MHLPConfig
 
 
 def load_examples(path: str) -> list[dict]:
@@ -105,9 +62,10 @@ def run_mhlp(config: MHLPConfig, ctx) -> dict:
     labels_of(test + train if config.predictive == "score" else test, classes)  # fail before the chain runs
     require(config.predictive == "sample" or "{}" in config.answer_template,
             "answer_template needs {} where the class goes")
-    task = load_llm(config.task_model, device=ctx.device, dtype=ctx.torch_dtype)
+    task = load_llm(config.task_model, device=ctx.device, dtype=ctx.torch_dtype, concurrency=config.concurrency)
     proposer = (task if config.proposer_model == config.task_model
-                else load_llm(config.proposer_model, device=ctx.device, dtype=ctx.torch_dtype))
+                else load_llm(config.proposer_model, device=ctx.device, dtype=ctx.torch_dtype,
+                              concurrency=config.concurrency))
     check_can_score(proposer, "proposer", config.chat)
     check_can_score(task, "task", config.chat)
 

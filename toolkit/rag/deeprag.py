@@ -9,20 +9,15 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Literal, Optional
 
-from pydantic import Field
-
-from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
 from toolkit.rag import infer
-from toolkit.rag.prompts import DECOMPOSE_INSTRUCTION, READER_PROMPT, STANDALONE_PARAMETRIC_PROMPT
+from toolkit.rag.config import IndexConfig, RunConfig, SynthConfig, TrainConfig
 from toolkit.rag.qa import QAItem, load_qa
 from toolkit.rag.search import calibration_pairs, tree_search
 from toolkit.rag.trace import (
     FINAL,
     FOLLOW,
-    INSTRUCTION,
     INTERMEDIATE,
     Step,
     Trace,
@@ -34,88 +29,6 @@ from toolkit.rag.trace import (
 )
 
 PAPER = "https://arxiv.org/abs/2502.01142"
-PARAMETRIC_PROMPT = STANDALONE_PARAMETRIC_PROMPT  # the `parametric=standalone` extension
-
-
-class IndexConfig(BaseConfig):
-    """`rag deeprag index`: a BM25 (bm25s, k1=1.5, b=0.75) or dense (FAISS + all-MiniLM-L6-v2) index over a passage
-    JSONL ({id, title, text} or FlashRAG {id, contents}) or over the paragraphs of a HotpotQA file."""
-
-    corpus: str
-    retriever: Literal["bm25", "dense"] = "bm25"
-
-
-class SynthConfig(BaseConfig):
-    """`rag deeprag synth`: stage-I data by binary-tree search (paper §3.2, official sragsamplev2.py; top-3 passages,
-    depth 6 on HotpotQA) and stage-II calibration pairs (official make_pair.py).
-
-    Paper defaults: the model writes every sub-question under the few-shot decomposition prompt
-    (`decompose=model`), answers it in-chain with the history so far (`parametric=chain`) or from retrieved
-    passages under the "[No related Info]" reader instruction (`reader_prompt`), and writes the final answer; the
-    path with the fewest retrievals that reaches the gold answer is kept (`policy=tree`); each of its decisions gives
-    one pair, the atomic decision taken (search / answer) over the opposite one (`pairs=decision`).
-    Ablations and extensions (not the paper): `decompose=gold` (the data's gold sub-questions; `auto` = gold when
-    present), `parametric=standalone` (a context-free "Question/Answer" prompt), `parametric_check=evidence` (ours:
-    prune a parametric answer that contradicts the model's reading of the retrieved passages), `pairs=answer`
-    (ours: the parametric side of a pair carries its answer). `policy=always|never` keeps only the retrieve
-    (resp. parametric) child at every node: the training data of the always-retrieve and no-retrieval baselines."""
-
-    model: str
-    data: str
-    index: str  # an index directory, or "contexts": BM25 over each question's own paragraphs
-    top_k: int = Field(3, ge=1)
-    max_depth: int = Field(6, ge=1)
-    max_expansions: int = Field(64, ge=1)  # tree nodes expanded per question before giving up
-    decompose: Literal["model", "gold", "auto"] = "model"
-    decompose_instruction: str = DECOMPOSE_INSTRUCTION  # the synthesis prompt (official question_decompose.txt)
-    decompose_few_shot: str = ""  # worked examples after the decomposition instruction
-    parametric: Literal["chain", "standalone"] = "chain"
-    parametric_check: Literal["none", "evidence"] = "none"
-    policy: Literal["tree", "always", "never"] = "tree"
-    pairs: Literal["decision", "answer"] = "decision"
-    parametric_prompt: str = PARAMETRIC_PROMPT  # {subquery}; only with parametric=standalone
-    reader_prompt: str = READER_PROMPT  # {context} {subquery}; the model may answer "[No related Info]"
-    instruction: str = INSTRUCTION  # the training / inference prompt the trajectories and pairs are written under
-    few_shot: str = ""
-    max_new_tokens: int = Field(32, ge=1)
-    batch_size: int = Field(8, ge=1)
-    limit: Optional[int] = Field(None, ge=1)
-
-
-class TrainConfig(BaseConfig):
-    """`rag deeprag train`. Paper defaults (LLaMA-Factory, 7-8B models): stage I lr 1e-5, 1 epoch, cosine, warmup
-    0.1; stage II DPO β=0.4, lr 5e-7, 8 epochs. Small models trained here need far larger rates: set them."""
-
-    model: str
-    data: str  # a `synth` output directory (trajectories.jsonl, pairs.jsonl)
-    stages: list[Literal["sft", "dpo"]] = ["sft", "dpo"]
-    sft_epochs: float = Field(1.0, gt=0)
-    sft_lr: float = Field(1e-5, gt=0)
-    dpo_epochs: float = Field(8.0, gt=0)
-    dpo_lr: float = Field(5e-7, gt=0)
-    dpo_beta: float = Field(0.4, gt=0)
-    batch_size: int = Field(4, ge=1)
-    max_length: int = Field(1024, ge=16)
-    warmup_ratio: float = Field(0.1, ge=0, lt=1)
-
-
-class RunConfig(BaseConfig):
-    """`rag deeprag run`: inference (official sragsftv2.py: temperature 0, top-3 passages, max 6 steps on HotpotQA)
-    for DeepRAG and the baselines, with EM/F1 and retrievals per question."""
-
-    model: str
-    data: str
-    index: str  # an index directory, or "contexts" (per-question BM25 over the question's own paragraphs)
-    methods: list[Literal["deeprag", "always", "never", "single"]] = ["deeprag"]
-    top_k: int = Field(3, ge=1)
-    max_steps: int = Field(6, ge=1)
-    max_new_tokens: int = Field(32, ge=1)
-    batch_size: int = Field(8, ge=1)
-    instruction: str = INSTRUCTION
-    few_shot: str = ""
-    passage_words: Optional[int] = Field(None, ge=1)  # cut each retrieved passage to its first N words
-    limit: Optional[int] = Field(None, ge=1)
-    dataset_name: Optional[str] = None  # the name in results.json rows; default: the data file's stem
 
 
 # ---------------------------------------------------------------- retrieval
@@ -148,10 +61,11 @@ def make_retrieve(index: str, items: list[QAItem], top_k: int, passage_words: in
     return lambda item: shared
 
 
-def load_llm_for(spec: str, ctx, batch_size: int):
+def load_llm_for(spec: str, ctx, batch_size: int, concurrency: int = 1):
     from toolkit.llm import load_llm
 
-    llm = load_llm(spec, device=ctx.device, dtype=ctx.torch_dtype, cache_dir=str(ctx.path("llm-cache", record=False)))
+    llm = load_llm(spec, device=ctx.device, dtype=ctx.torch_dtype, cache_dir=str(ctx.path("llm-cache", record=False)),
+                   concurrency=concurrency)
     if hasattr(llm, "batch_size"):
         llm.batch_size = batch_size
     return llm
@@ -228,7 +142,7 @@ def run_synth(config: SynthConfig, ctx) -> dict:
     if config.decompose == "gold":
         require(all(item.decomposition for item in items), "decompose=gold needs a `decomposition` on every question")
     retrieve_for = make_retrieve(config.index, items, config.top_k)
-    llm = load_llm_for(config.model, ctx, config.batch_size)
+    llm = load_llm_for(config.model, ctx, config.batch_size, config.concurrency)
     cache: dict[str, str] = {}
     agrees = (lambda parametric, grounded: answer_matches(parametric, [grounded])) \
         if config.parametric_check == "evidence" else None
@@ -320,7 +234,7 @@ def run_train(config: TrainConfig, ctx) -> dict:
 def run_run(config: RunConfig, ctx) -> dict:
     items = load_qa(config.data, config.limit)
     retrieve_for = make_retrieve(config.index, items, config.top_k, config.passage_words)
-    llm = load_llm_for(config.model, ctx, config.batch_size)
+    llm = load_llm_for(config.model, ctx, config.batch_size, config.concurrency)
     dataset = config.dataset_name or Path(config.data).stem
     item_retrieve = {item.id: retrieve_for(item) for item in items}
     rows = []
