@@ -13,11 +13,17 @@
 // The popcount core runs on AVX-512 VPOPCNTDQ, AVX2 (nibble lookup) or scalar POPCNT, chosen at run time from
 // what the processor supports; each is compiled with a function-level target attribute, so the build itself needs
 // no -march flag.
+//
+// Weights are laid out for the kernel once, at load: `ternary_prepack` turns the planes [O, kh, kw, words] and the
+// thresholds into the layout below, and `ternary_conv2d_prepacked` / `ternary_conv2d_sign_prepacked` read that
+// layout as it is (no per-call re-layout). `ternary_conv2d` / `ternary_conv2d_sign` on raw planes remain as one-shot
+// conveniences (prepack + prepacked kernel in one call).
 #include <torch/extension.h>
 
 #include <cstdint>
 #include <immintrin.h>
 #include <limits>
+#include <tuple>
 
 namespace {
 
@@ -224,52 +230,92 @@ BlockFn pick_impl(int64_t impl) {
   return block_scalar;
 }
 
-// Re-lays [O, kh, kw, KW] planes as [kh*kw, KW, O_pad] (output channel fastest) and counts each tap's constant.
-struct PackedWeights {
-  torch::Tensor pos, neg, tap_c;
-};
+// ---- The prepacked layout, built once at load by `ternary_prepack` (never per call) ----
+//   w_pos / w_neg  int64 [kh, kw, KW, O_pad]   output channel fastest (O_pad = O rounded up to 8; padding zeros)
+//   tap_c          int64 [kh, kw, O_pad]       popc(pos) - popc(neg) per tap and output channel
+//   threshold      int64 [O_pad]               padding channels INT64_MAX, so their bits stay 0
+//   flip           uint8 [O_pad / 8]           bit j of byte v = flip of channel 8v + j
+// toolkit/segment/kernels.py's pure-torch `_prepack_reference` builds the same tensors (tested bit for bit).
+int64_t padded_channels(int64_t O) { return (O + 7) / 8 * 8; }  // 64-channel blocks, the last a multiple of 8
 
-PackedWeights relayout(const torch::Tensor& pos, const torch::Tensor& neg, int64_t O_pad) {
-  const int64_t O = pos.size(0), taps = pos.size(1) * pos.size(2), KW = pos.size(3);
-  auto to_taps = [&](const torch::Tensor& w) {
-    auto t = torch::zeros({taps, KW, O_pad}, w.options());
-    t.narrow(2, 0, O).copy_(w.reshape({O, taps, KW}).permute({1, 2, 0}));
-    return t.contiguous();
-  };
-  PackedWeights out{to_taps(pos), to_taps(neg), torch::zeros({taps, O_pad}, torch::kInt64)};
-  const uint64_t* P = reinterpret_cast<const uint64_t*>(out.pos.data_ptr<int64_t>());
-  const uint64_t* Q = reinterpret_cast<const uint64_t*>(out.neg.data_ptr<int64_t>());
-  int64_t* c = out.tap_c.data_ptr<int64_t>();
-  for (int64_t t = 0; t < taps; ++t)
-    for (int64_t k = 0; k < KW; ++k)
-      for (int64_t o = 0; o < O_pad; ++o)
-        c[t * O_pad + o] += __builtin_popcountll(P[(t * KW + k) * O_pad + o]) -
-                            __builtin_popcountll(Q[(t * KW + k) * O_pad + o]);
-  return out;
+void check_planes(const torch::Tensor& pos, const torch::Tensor& neg, const char* op) {
+  TORCH_CHECK(pos.dim() == 4 && pos.scalar_type() == torch::kInt64, op, ": w_pos must be int64 [O, kh, kw, words]");
+  TORCH_CHECK(neg.sizes() == pos.sizes() && neg.scalar_type() == torch::kInt64, op, ": w_neg must match w_pos");
+  TORCH_CHECK(pos.size(1) * pos.size(2) <= kMaxTaps, op, ": at most ", kMaxTaps, " kernel taps");
 }
 
-Geometry check_inputs(const torch::Tensor& x, const torch::Tensor& pos, const torch::Tensor& neg, int64_t stride,
-                      int64_t padding, bool binary) {
-  TORCH_CHECK(x.dim() == 4 && x.scalar_type() == torch::kInt64, "ternary_conv2d: x must be int64 [N, H, W, words]");
-  TORCH_CHECK(pos.dim() == 4 && pos.scalar_type() == torch::kInt64,
-              "ternary_conv2d: w_pos must be int64 [O, kh, kw, words]");
-  TORCH_CHECK(neg.sizes() == pos.sizes() && neg.scalar_type() == torch::kInt64,
-              "ternary_conv2d: w_neg must match w_pos");
-  TORCH_CHECK(pos.size(3) == x.size(3), "ternary_conv2d: weight words ", pos.size(3), " != activation words ",
-              x.size(3));
-  TORCH_CHECK(stride >= 1 && padding >= 0, "ternary_conv2d: stride >= 1 and padding >= 0 required");
-  TORCH_CHECK(pos.size(1) * pos.size(2) <= kMaxTaps, "ternary_conv2d: at most ", kMaxTaps, " kernel taps");
+// [O, kh, kw, KW] planes -> [kh, kw, KW, O_pad] and the tap constants [kh, kw, O_pad].
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> prepack_planes(const torch::Tensor& pos_in,
+                                                                       const torch::Tensor& neg_in) {
+  const auto pos = pos_in.contiguous(), neg = neg_in.contiguous();
+  const int64_t O = pos.size(0), kh = pos.size(1), kw = pos.size(2), KW = pos.size(3), O_pad = padded_channels(O);
+  auto to_taps = [&](const torch::Tensor& w) {
+    auto t = torch::zeros({kh, kw, KW, O_pad}, w.options());
+    t.narrow(3, 0, O).copy_(w.permute({1, 2, 3, 0}));
+    return t.contiguous();
+  };
+  auto P = to_taps(pos), Q = to_taps(neg);
+  auto tap_c = torch::zeros({kh, kw, O_pad}, torch::kInt64);
+  const uint64_t* p = reinterpret_cast<const uint64_t*>(P.data_ptr<int64_t>());
+  const uint64_t* q = reinterpret_cast<const uint64_t*>(Q.data_ptr<int64_t>());
+  int64_t* c = tap_c.data_ptr<int64_t>();
+  for (int64_t t = 0; t < kh * kw; ++t)
+    for (int64_t k = 0; k < KW; ++k)
+      for (int64_t o = 0; o < O_pad; ++o)
+        c[t * O_pad + o] += __builtin_popcountll(p[(t * KW + k) * O_pad + o]) -
+                            __builtin_popcountll(q[(t * KW + k) * O_pad + o]);
+  return {P, Q, tap_c};
+}
+
+// threshold [O] (any integer dtype) and flip [O] (bool or integer) -> int64 [O_pad] and the uint8 bit mask.
+std::tuple<torch::Tensor, torch::Tensor> prepack_threshold(const torch::Tensor& threshold, const torch::Tensor& flip,
+                                                           int64_t O) {
+  TORCH_CHECK(threshold.numel() == O && flip.numel() == O, "ternary_prepack: one threshold and flip per output "
+              "channel expected (", O, "), got ", threshold.numel(), " and ", flip.numel());
+  const int64_t O_pad = padded_channels(O);
+  auto thr = torch::full({O_pad}, std::numeric_limits<int64_t>::max(), torch::kInt64);
+  thr.narrow(0, 0, O).copy_(threshold.reshape(-1).to(torch::kInt64));
+  auto flip_bits = torch::zeros({O_pad / 8}, torch::kUInt8);
+  const auto flp = flip.reshape(-1).to(torch::kBool).contiguous();
+  for (int64_t o = 0; o < O; ++o)
+    if (flp.data_ptr<bool>()[o]) flip_bits.data_ptr<uint8_t>()[o / 8] |= static_cast<uint8_t>(1u << (o % 8));
+  return {thr, flip_bits};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> ternary_prepack_cpu(
+    const torch::Tensor& pos, const torch::Tensor& neg, const torch::Tensor& threshold, const torch::Tensor& flip) {
+  check_planes(pos, neg, "ternary_prepack");
+  auto [P, Q, tap_c] = prepack_planes(pos, neg);
+  auto [thr, flip_bits] = prepack_threshold(threshold, flip, pos.size(0));
+  return {P, Q, tap_c, thr, flip_bits};
+}
+
+// Checks the prepacked operands (exactly the layout above: a wrong layout fails here instead of being re-laid).
+Geometry check_prepacked(const torch::Tensor& x, const torch::Tensor& pos, const torch::Tensor& neg,
+                         const torch::Tensor& tap_c, int64_t O, int64_t stride, int64_t padding, bool binary) {
+  const char* op = "ternary_conv2d_prepacked";
+  TORCH_CHECK(x.dim() == 4 && x.scalar_type() == torch::kInt64, op, ": x must be int64 [N, H, W, words]");
+  TORCH_CHECK(pos.dim() == 4 && pos.scalar_type() == torch::kInt64 && pos.is_contiguous(), op,
+              ": w_pos must be the contiguous int64 [kh, kw, words, O_pad] layout of ternary_prepack");
+  TORCH_CHECK(neg.sizes() == pos.sizes() && neg.scalar_type() == torch::kInt64 && neg.is_contiguous(), op,
+              ": w_neg must match w_pos");
+  TORCH_CHECK(O >= 1 && pos.size(3) == padded_channels(O), op, ": ", O, " output channels need O_pad ",
+              padded_channels(O), ", the weights have ", pos.size(3), " (not the ternary_prepack layout)");
+  TORCH_CHECK(tap_c.scalar_type() == torch::kInt64 && tap_c.is_contiguous() && tap_c.dim() == 3 &&
+                  tap_c.size(0) == pos.size(0) && tap_c.size(1) == pos.size(1) && tap_c.size(2) == pos.size(3),
+              op, ": tap_c must be the contiguous int64 [kh, kw, O_pad] of ternary_prepack");
+  TORCH_CHECK(pos.size(2) == x.size(3), op, ": weight words ", pos.size(2), " != activation words ", x.size(3));
+  TORCH_CHECK(stride >= 1 && padding >= 0, op, ": stride >= 1 and padding >= 0 required");
+  TORCH_CHECK(pos.size(0) * pos.size(1) <= kMaxTaps, op, ": at most ", kMaxTaps, " kernel taps");
   Geometry g{};
   g.N = x.size(0), g.H = x.size(1), g.W = x.size(2), g.KW = x.size(3);
-  g.O = pos.size(0), g.kh = pos.size(1), g.kw = pos.size(2);
-  g.O_pad = (g.O + 7) / 8 * 8;  // blocks of 64 channels; the last one may be narrower (multiple of 8)
+  g.O = O, g.kh = pos.size(0), g.kw = pos.size(1), g.O_pad = pos.size(3);
   g.stride = stride, g.pad = padding, g.binary = binary;
   g.Ho = (g.H + 2 * padding - g.kh) / stride + 1;
   g.Wo = (g.W + 2 * padding - g.kw) / stride + 1;
-  TORCH_CHECK(g.Ho > 0 && g.Wo > 0, "ternary_conv2d: kernel larger than the padded input");
+  TORCH_CHECK(g.Ho > 0 && g.Wo > 0, op, ": kernel larger than the padded input");
   return g;
 }
-
 // Runs every output pixel and channel block, rows in parallel. Without a threshold (`op.threshold` null) the sums go
 // to y32 [N, Ho, Wo, O]; with one, the packed bits go to y64 [N, Ho, Wo, ceil(O/64)].
 void run_conv(const Geometry& g, const Operands& op, int64_t impl, int32_t* y32, uint64_t* y64) {
@@ -297,44 +343,61 @@ void run_conv(const Geometry& g, const Operands& op, int64_t impl, int32_t* y32,
   }
 }
 
-Operands operands(const torch::Tensor& x, const PackedWeights& w) {
+Operands operands(const torch::Tensor& x, const torch::Tensor& pos, const torch::Tensor& neg,
+                  const torch::Tensor& tap_c) {
   return Operands{reinterpret_cast<const uint64_t*>(x.data_ptr<int64_t>()),
-                  reinterpret_cast<const uint64_t*>(w.pos.data_ptr<int64_t>()),
-                  reinterpret_cast<const uint64_t*>(w.neg.data_ptr<int64_t>()), w.tap_c.data_ptr<int64_t>()};
+                  reinterpret_cast<const uint64_t*>(pos.data_ptr<int64_t>()),
+                  reinterpret_cast<const uint64_t*>(neg.data_ptr<int64_t>()), tap_c.data_ptr<int64_t>()};
 }
 
-// Integer sums [N, Ho, Wo, O] (int32): the exact ±1 x {-1, 0, +1} convolution.
-torch::Tensor ternary_conv2d_cpu(const torch::Tensor& x_in, const torch::Tensor& pos, const torch::Tensor& neg,
-                                 int64_t stride, int64_t padding, bool binary, int64_t impl) {
-  const Geometry g = check_inputs(x_in, pos, neg, stride, padding, binary);
+// Integer sums [N, Ho, Wo, O] (int32): the exact ±1 x {-1, 0, +1} convolution, on the prepacked weights.
+torch::Tensor ternary_conv2d_prepacked_cpu(const torch::Tensor& x_in, const torch::Tensor& pos,
+                                           const torch::Tensor& neg, const torch::Tensor& tap_c, int64_t O,
+                                           int64_t stride, int64_t padding, bool binary, int64_t impl) {
+  const Geometry g = check_prepacked(x_in, pos, neg, tap_c, O, stride, padding, binary);
   const auto x = x_in.contiguous();
-  const PackedWeights w = relayout(pos.contiguous(), neg.contiguous(), g.O_pad);
   auto out = torch::empty({g.N, g.Ho, g.Wo, g.O}, torch::kInt32);
-  run_conv(g, operands(x, w), impl, out.data_ptr<int32_t>(), nullptr);
+  run_conv(g, operands(x, pos, neg, tap_c), impl, out.data_ptr<int32_t>(), nullptr);
   return out;
 }
 
 // Fused threshold and packing: bit o = flip[o] ? s <= threshold[o] : s >= threshold[o]; [N, Ho, Wo, ceil(O/64)].
-torch::Tensor ternary_conv2d_sign_cpu(const torch::Tensor& x_in, const torch::Tensor& pos, const torch::Tensor& neg,
-                                      const torch::Tensor& threshold, const torch::Tensor& flip, int64_t stride,
-                                      int64_t padding, bool binary, int64_t impl) {
-  const Geometry g = check_inputs(x_in, pos, neg, stride, padding, binary);
-  TORCH_CHECK(threshold.numel() == g.O && flip.numel() == g.O, "ternary_conv2d_sign: one threshold and flip per "
-              "output channel expected");
+torch::Tensor ternary_conv2d_sign_prepacked_cpu(const torch::Tensor& x_in, const torch::Tensor& pos,
+                                                const torch::Tensor& neg, const torch::Tensor& tap_c,
+                                                const torch::Tensor& threshold, const torch::Tensor& flip, int64_t O,
+                                                int64_t stride, int64_t padding, bool binary, int64_t impl) {
+  const Geometry g = check_prepacked(x_in, pos, neg, tap_c, O, stride, padding, binary);
+  TORCH_CHECK(threshold.scalar_type() == torch::kInt64 && threshold.is_contiguous() &&
+                  threshold.numel() == g.O_pad && flip.scalar_type() == torch::kUInt8 && flip.is_contiguous() &&
+                  flip.numel() == g.O_pad / 8,
+              "ternary_conv2d_sign_prepacked: threshold int64 [O_pad] and flip uint8 [O_pad / 8] of ternary_prepack "
+              "expected");
   const auto x = x_in.contiguous();
-  auto thr = torch::full({g.O_pad}, std::numeric_limits<int64_t>::max(), torch::kInt64);
-  thr.narrow(0, 0, g.O).copy_(threshold.reshape(-1).to(torch::kInt64));
-  auto flip_bits = torch::zeros({g.O_pad / 8}, torch::kUInt8);
-  const auto flp = flip.reshape(-1).to(torch::kBool).contiguous();
-  for (int64_t o = 0; o < g.O; ++o)
-    if (flp.data_ptr<bool>()[o]) flip_bits.data_ptr<uint8_t>()[o / 8] |= static_cast<uint8_t>(1u << (o % 8));
-  const PackedWeights w = relayout(pos.contiguous(), neg.contiguous(), g.O_pad);
   auto out = torch::empty({g.N, g.Ho, g.Wo, (g.O + kBlock - 1) / kBlock}, torch::kInt64);
-  Operands op = operands(x, w);
-  op.threshold = thr.data_ptr<int64_t>();
-  op.flip_bits = flip_bits.data_ptr<uint8_t>();
+  Operands op = operands(x, pos, neg, tap_c);
+  op.threshold = threshold.data_ptr<int64_t>();
+  op.flip_bits = flip.data_ptr<uint8_t>();
   run_conv(g, op, impl, nullptr, reinterpret_cast<uint64_t*>(out.data_ptr<int64_t>()));
   return out;
+}
+
+// One-shot ops on the raw planes [O, kh, kw, words]: prepack, then the prepacked kernel. They re-lay the weights on
+// every call, so they serve tests and single calls; layers prepack once at load (toolkit/segment/packed.py).
+torch::Tensor ternary_conv2d_cpu(const torch::Tensor& x, const torch::Tensor& pos, const torch::Tensor& neg,
+                                 int64_t stride, int64_t padding, bool binary, int64_t impl) {
+  check_planes(pos, neg, "ternary_conv2d");
+  const auto [P, Q, tap_c] = prepack_planes(pos, neg);
+  return ternary_conv2d_prepacked_cpu(x, P, Q, tap_c, pos.size(0), stride, padding, binary, impl);
+}
+
+torch::Tensor ternary_conv2d_sign_cpu(const torch::Tensor& x, const torch::Tensor& pos, const torch::Tensor& neg,
+                                      const torch::Tensor& threshold, const torch::Tensor& flip, int64_t stride,
+                                      int64_t padding, bool binary, int64_t impl) {
+  check_planes(pos, neg, "ternary_conv2d_sign");
+  const auto [P, Q, tap_c] = prepack_planes(pos, neg);
+  const auto [thr, flip_bits] = prepack_threshold(threshold, flip, pos.size(0));
+  return ternary_conv2d_sign_prepacked_cpu(x, P, Q, tap_c, thr, flip_bits, pos.size(0), stride, padding, binary,
+                                           impl);
 }
 
 // Sign bits of a float NCHW tensor packed along channels: [N, H, W, ceil(C/64)], bit = x >= 0.
@@ -362,6 +425,12 @@ torch::Tensor pack_sign_cpu(const torch::Tensor& x_in) {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(iclrkit, m) {
+  m.def("ternary_prepack(Tensor w_pos, Tensor w_neg, Tensor threshold, Tensor flip) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("ternary_conv2d_prepacked(Tensor x, Tensor w_pos, Tensor w_neg, Tensor tap_c, int out_channels, int stride, "
+        "int padding, bool binary, int impl) -> Tensor");
+  m.def("ternary_conv2d_sign_prepacked(Tensor x, Tensor w_pos, Tensor w_neg, Tensor tap_c, Tensor threshold, "
+        "Tensor flip, int out_channels, int stride, int padding, bool binary, int impl) -> Tensor");
   m.def("ternary_conv2d(Tensor x, Tensor w_pos, Tensor w_neg, int stride, int padding, bool binary, int impl) "
         "-> Tensor");
   m.def("ternary_conv2d_sign(Tensor x, Tensor w_pos, Tensor w_neg, Tensor threshold, Tensor flip, int stride, "
@@ -370,6 +439,9 @@ TORCH_LIBRARY_FRAGMENT(iclrkit, m) {
 }
 
 TORCH_LIBRARY_IMPL(iclrkit, CPU, m) {
+  m.impl("ternary_prepack", &ternary_prepack_cpu);
+  m.impl("ternary_conv2d_prepacked", &ternary_conv2d_prepacked_cpu);
+  m.impl("ternary_conv2d_sign_prepacked", &ternary_conv2d_sign_prepacked_cpu);
   m.impl("ternary_conv2d", &ternary_conv2d_cpu);
   m.impl("ternary_conv2d_sign", &ternary_conv2d_sign_cpu);
   m.impl("pack_sign", &pack_sign_cpu);

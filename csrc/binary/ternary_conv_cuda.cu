@@ -14,7 +14,9 @@
 //   pos/neg[kh*kw, KC, O_pad, 4]      one 128-bit column per output channel (col_major B tiles), O_pad % 32 == 0
 //   tap_c  [kh*kw, O_pad] int32       popc(pos) - popc(neg) per tap and output channel
 //   out    [N, Ho, Wo, O] int32       exact integer sums
-// No PyTorch headers here, so plain nvcc compiles it; csrc/binary/ternary_conv_cuda_ops.cpp registers the op.
+// The weight operands (pos/neg, tap_c) are built once at load by `ternary_prepack` (ternary_conv_cuda_ops.cpp) and
+// read here as they are. No PyTorch headers here, so plain nvcc compiles it; ternary_conv_cuda_ops.cpp registers the
+// ops.
 #include <cuda_runtime.h>
 #include <mma.h>
 

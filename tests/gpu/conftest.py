@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-CUDA_OPS = ("int4_gemm", "int4_gemm_24", "int4_gemm_s4", "w4a16_gemm", "ternary_conv2d", "ternary_conv2d_sign")
+CUDA_OPS = ("int4_gemm", "int4_gemm_24", "int4_gemm_s4", "w4a16_gemm", "ternary_conv2d", "ternary_conv2d_sign",
+            "ternary_prepack", "ternary_conv2d_prepacked", "ternary_conv2d_sign_prepacked")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,7 +6,8 @@ setup.py's CUDA build compiles them. All compilers run in parallel.
 A CPU-only torch wheel ships the ATen/cuda and c10/cuda headers but not the one CMake-generated header
 c10/cuda/impl/cuda_cmake_macros.h (on Linux it only defines C10_CUDA_BUILD_SHARED_LIBS, which changes nothing but
 Windows dllexport); torch's own C10_CUDA_NO_CMAKE_CONFIGURE_FILE switch skips it. With a CUDA torch the flag is not
-passed. Also checked statically: every op a CUDA block registers is defined (one name for CPU and CUDA)."""
+passed. Also checked statically: every op a CUDA block registers is defined (one name for CPU and CUDA), and the
+prepacked ternary conv kernels call no weight re-layout (the layout is built once by `ternary_prepack`)."""
 
 from __future__ import annotations
 
@@ -105,6 +106,34 @@ def test_cuda_registrations_use_the_cpu_op_names():
         block = text[CUDA_BLOCK.search(text).start():]
         cuda_ops |= set(re.findall(r'm\.impl\("(\w+)"', block))
         assert "m.def(" not in block, f"{source.name} defines an op inside its CUDA block"
-    assert {"int4_gemm", "int4_gemm_24", "int4_gemm_s4", "w4a16_gemm", "ternary_conv2d",
-            "ternary_conv2d_sign"} <= cuda_ops
+    assert {"int4_gemm", "int4_gemm_24", "int4_gemm_s4", "w4a16_gemm", "ternary_conv2d", "ternary_conv2d_sign",
+            "ternary_prepack", "ternary_conv2d_prepacked", "ternary_conv2d_sign_prepacked"} <= cuda_ops
     assert cuda_ops <= defined, cuda_ops - defined
+
+
+def _function_body(text: str, name: str) -> str:
+    """The brace-balanced body of the C++ function definition `name(` in `text`."""
+    match = re.search(rf"\b{name}\([^;{{]*\)\s*{{", text)
+    assert match, f"{name} not defined"
+    depth, start = 0, match.end() - 1
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i + 1]
+    raise AssertionError(f"unbalanced braces in {name}")
+
+
+@pytest.mark.parametrize("source, kernels, relayouts", [
+    ("binary/ternary_conv.cpp", ["ternary_conv2d_prepacked_cpu", "ternary_conv2d_sign_prepacked_cpu"],
+     ["prepack_planes", "prepack_threshold", "ternary_prepack_cpu"]),
+    ("binary/ternary_conv_cuda_ops.cpp", ["ternary_conv2d_prepacked_cuda", "ternary_conv2d_sign_prepacked_cuda"],
+     ["weight_tiles", "tap_constants", "prepack", "ternary_prepack_cuda"]),
+])
+def test_prepacked_conv_kernels_never_relayout_weights(source, kernels, relayouts):
+    """Issue 24: weights are laid out once, at load (`ternary_prepack`). The per-call kernels, CUDA included (which
+    no test here can run), call none of the layout builders; the unit tests check the CPU ones at run time too."""
+    text = (CSRC / source).read_text()
+    for kernel in kernels:
+        body = _function_body(text, kernel)
+        called = [f for f in relayouts if re.search(rf"\b{f}\(", body)]
+        assert not called, f"{kernel} re-lays its weights per call via {called}"

@@ -10,7 +10,7 @@ reproduces the float network's bits, and therefore its logits, exactly.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,10 @@ PACKED_FILE = "packed.safetensors"
 
 @dataclass
 class PackedLayer:
+    """One binary/ternary layer: its raw planes and thresholds (the storage form, saved by `save_packed`) and, built
+    from them once at construction, the same weights in the layout of the kernel of their device (`prepacked`),
+    which every call reads as it is. Treat the tensors as immutable: `to(device)` builds a new layer there."""
+
     pos: torch.Tensor  # int64 [O, 3, 3, words]
     neg: torch.Tensor
     threshold: torch.Tensor  # int64 [O]
@@ -34,19 +38,25 @@ class PackedLayer:
     binary: bool  # no zero weights: the one-plane kernel path
     segments: list[int]
     block: QuantBlock | None = None  # shortcut networks: the float block whose BN/shortcut tail follows the sums
+    prepacked: kernels.PrepackedWeights = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.prepacked = kernels.ternary_prepack(self.pos, self.neg, self.threshold, self.flip)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.ternary_conv2d_sign(x, self.pos, self.neg, self.threshold, self.flip, stride=1, padding=1,
-                                           binary=self.binary, segments=self.segments)
+        return kernels.ternary_conv2d_sign_prepacked(x, self.prepacked, stride=1, padding=1, binary=self.binary)
 
     def sums(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.ternary_conv2d(x, self.pos, self.neg, 1, 1, self.binary, self.segments)
+        return kernels.ternary_conv2d_prepacked(x, self.prepacked, stride=1, padding=1, binary=self.binary)
 
     def to(self, device: str | torch.device) -> PackedLayer:
-        """The layer's planes and thresholds on `device`, moved once (the op of that device runs them)."""
-        return PackedLayer(self.pos.to(device), self.neg.to(device), self.threshold.to(device),
-                           self.flip.to(device), self.binary, self.segments,
-                           None if self.block is None else self.block.to(device))
+        """The layer on `device`: planes and thresholds moved once and prepacked there for that device's kernel
+        (the prepacked layout is device-specific); the layer itself when it already lives there."""
+        pos = self.pos.to(device)
+        if pos is self.pos:
+            return self
+        return PackedLayer(pos, self.neg.to(device), self.threshold.to(device), self.flip.to(device), self.binary,
+                           self.segments, None if self.block is None else self.block.to(device))
 
 
 @torch.no_grad()
@@ -200,7 +210,9 @@ def save_packed(packed: PackedUNet, out: Path, extra: dict | None = None) -> dic
                                       if not k.startswith(("stem.", "head.")))}
 
 
-def load_packed(path: str | Path) -> tuple[PackedUNet, dict]:
+def load_packed(path: str | Path, device: str | torch.device | None = None) -> tuple[PackedUNet, dict]:
+    """The packed network of a `save_packed` directory; with `device`, its planes are moved there before each layer
+    prepacks them, so the weights are laid out once, for that device's kernel (default: where they load, the CPU)."""
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -218,8 +230,10 @@ def load_packed(path: str | Path) -> tuple[PackedUNet, dict]:
             neg = kernels.pack_bool(~kernels.unpack_bool(pos, segments), segments)
         else:
             neg = _words_from_dense(tensors[f"{name}.neg"], shape, segments)
-        layers[name] = PackedLayer(pos, neg, tensors[f"{name}.threshold"].to(torch.int64),
-                                   tensors[f"{name}.flip"].bool(), meta["binary"], segments)
+        threshold, flip = tensors[f"{name}.threshold"].to(torch.int64), tensors[f"{name}.flip"].bool()
+        if device is not None:
+            pos, neg, threshold, flip = (t.to(device) for t in (pos, neg, threshold, flip))
+        layers[name] = PackedLayer(pos, neg, threshold, flip, meta["binary"], segments)
     template = UNet(arch["width"], arch["depth"], arch["num_classes"], arch["variant"])
     for prefix, module in (("stem", template.stem), ("head", template.head)):
         state = module.state_dict()
@@ -227,7 +241,8 @@ def load_packed(path: str | Path) -> tuple[PackedUNet, dict]:
             if f"{prefix}.{key}" in tensors:
                 state[key] = tensors[f"{prefix}.{key}"]
         module.load_state_dict(state)
-    return PackedUNet(template.stem, layers, template.head, arch), arch
+    packed = PackedUNet(template.stem, layers, template.head, arch)
+    return (packed if device is None else packed.to(device)), arch
 
 
 def float_model_bytes(model: UNet) -> int:
