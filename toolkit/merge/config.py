@@ -23,10 +23,6 @@ def weights_field(description: str) -> Any:
     return Field(None, description=description, json_schema_extra={"style": "comma"})
 
 
-def base_field() -> Any:
-    return Field(..., description="The common pre-trained model the task vectors are taken from.")
-
-
 @dataclass(frozen=True)
 class MergeOptions:
     """What a tensor-by-tensor merge method may read (each reads its own): per-model weights, the task-vector
@@ -60,24 +56,27 @@ class AverageConfig(StreamingFields):
         return MergeOptions(weights=self.weights)
 
 
-class TaskArithmeticConfig(StreamingFields):
+class TaskVectorFields(StreamingFields):
+    """The merges of task vectors τᵢ = θᵢ − θ_base: the fine-tuned models and their common base."""
+
+    models: list[str] = models_field("Fine-tuned models")
+    base: str = Field(..., description="The common pre-trained model the task vectors are taken from.")
+
+
+class TaskArithmeticConfig(TaskVectorFields):
     """Task arithmetic (Ilharco et al., ICLR 2023, https://arxiv.org/abs/2212.04089): θ_base + λ Σ (θ_i − θ_base)."""
 
     method: Literal["task-arithmetic"] = "task-arithmetic"
-    models: list[str] = models_field("Fine-tuned models")
-    base: str = base_field()
     scaling: float = Field(1.0, ge=0.0, description="λ, the task-vector scaling (paper: tuned on validation).")
 
     def options(self) -> MergeOptions:
         return MergeOptions(scaling=self.scaling)
 
 
-class TiesConfig(StreamingFields):
+class TiesConfig(TaskVectorFields):
     """TIES-Merging (Yadav et al., NeurIPS 2023, https://arxiv.org/abs/2306.01708; github.com/prateeky2806/ties-merging)."""
 
     method: Literal["ties"] = "ties"
-    models: list[str] = models_field("Fine-tuned models")
-    base: str = base_field()
     density: float = Field(0.2, gt=0.0, le=1.0, description="Fraction k of each task vector kept (paper: top 20%).")
     scaling: float = Field(1.0, ge=0.0, description="λ applied to the merged task vector (paper: 1).")
 
