@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from PIL import Image, ImageDraw
 
 from toolkit.bench import mmsearch as ms
 from toolkit.bench.video import write_video
+from toolkit.core.records import write_jsonl
 
 VIDEOMATHQA_ITEMS = [
     ("Two angles of a triangle are 60 and 75 degrees. What is the third angle?",
@@ -65,9 +65,7 @@ def write_videomathqa(root: Path, fps: int = 4, seconds: int = 2, size: tuple[in
         rows.append({"question_id": f"q{number}", "videoID": video_id, "question": question,
                      "options": [f"{letter}. {text}" for letter, text in zip("ABCDE", options)], "answer": answer,
                      "category": category, "length": length, "reasoning_type": reasoning, "steps": steps})
-    path = root / "mcq.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
+    return write_jsonl(root / "mcq.jsonl", rows)
 
 
 MMSEARCH_TASKS = [  # (category, difficulty, index of the asked tile, city, alternative answer)
@@ -128,7 +126,7 @@ def write_mmsearch(root: Path, canary: str = ms.CANARY) -> tuple[Path, Path]:
     pages.append({"url": "https://travel.example/notes", "title": "Travel notes: which city does the sculpture stand in",
                   "text": INJECTION})
     data = root / "mmsearch_plus.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    write_jsonl(data, rows)
     corpus = root / "corpus" / "pages.jsonl"
-    corpus.write_text("".join(json.dumps(page) + "\n" for page in pages), encoding="utf-8")
+    write_jsonl(corpus, pages)
     return data, corpus

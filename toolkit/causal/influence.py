@@ -14,7 +14,6 @@ variables after the one measured, and InP is Definition 1: max_v MEP(V_i := v) -
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Literal
 
@@ -27,6 +26,7 @@ from toolkit.causal.model import CausalModel, auf_probability
 from toolkit.causal.spec import build_model, check_graph, fit_cpts, load_spec, paper_examples, sample
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import require
+from toolkit.core.records import write_json
 
 __all__ = ["InfluenceConfig", "auf_probability", "average_causal_effect", "build_model", "check_graph", "fit_cpts",
            "influence_exact", "influence_mcts", "load_spec", "paper_examples", "run", "sample"]
@@ -131,7 +131,6 @@ def run(config: InfluenceConfig, ctx) -> dict:
             ctx.metrics[row["variable"]]["inp_mcts"] = round(row["mcts"]["inp"], 6)
     if ctx.out is None:  # --json without --out: metrics only
         return {"rows": rows}
-    ctx.path("influence.json").write_text(json.dumps({"model": source, "given": config.given, "rows": rows},
-                                                     indent=2))
+    write_json(ctx.path("influence.json"), {"model": source, "given": config.given, "rows": rows})
     plot(rows, ctx.path("influence.png"))
     return {"rows": rows}

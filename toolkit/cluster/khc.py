@@ -29,7 +29,6 @@ SCIP takes only linear objectives, so sum d_i^2 moves into the epigraph constrai
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
@@ -45,6 +44,7 @@ from toolkit.cluster.khc_heuristic import (
 )
 from toolkit.cluster.khc_model import FORMULATIONS, add_warm_start, build_model, model_size, spread_order
 from toolkit.core.errors import RunError, require
+from toolkit.core.records import write_json
 
 __all__ = ["FORMULATIONS", "KhcConfig", "KhcGenerateConfig", "KhcResult", "load_points", "plan", "run", "run_generate",
            "solve"]
@@ -151,7 +151,7 @@ def run(config: KhcConfig, ctx) -> dict:
     metrics.update(n=int(points.shape[0]), d=int(points.shape[1]), k=config.k)
     solution = {**metrics, "formulation": None if config.heuristic_only else config.formulation,
                 "hyperplanes": hyperplanes_json(fit), "labels": fit.labels.tolist()}
-    ctx.path("solution.json").write_text(json.dumps(solution, indent=2))
+    write_json(ctx.path("solution.json"), solution)
     np.savetxt(ctx.path("assignments.csv"), fit.labels, fmt="%d", header="cluster", comments="")
     if config.plot and points.shape[1] in (2, 3):
         from toolkit.cluster.khc_plot import plot_solution
@@ -179,7 +179,7 @@ def run_generate(config: KhcGenerateConfig, ctx) -> dict:
         np.savetxt(ctx.path("points.csv"), inst.points, delimiter=",", header=header, comments="", fmt="%.10g")
     planted = {"labels": inst.labels.tolist(), "hyperplanes": [{"w": inst.w[j].tolist(), "gamma": float(inst.gamma[j])}
                                                                for j in range(config.k)]}
-    ctx.path("planted.json").write_text(json.dumps(planted, indent=2))
+    write_json(ctx.path("planted.json"), planted)
     ctx.metrics.update(n=config.n, d=config.d, k=config.k, outliers=int((inst.labels < 0).sum()))
     return planted
 

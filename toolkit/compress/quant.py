@@ -5,7 +5,8 @@
   max shrink 0.8, error norm 2.4). Symmetric grids contain 0, so pruned weights stay exactly 0 after quantization.
   `WeightGrid` holds the scales: [out] per channel, [out, ⌈in/g⌉] grouped, plus `g_idx` (the group of each input
   column) when the groups follow the activation order (GPTQ `actorder=group`).
-- Activations: per token, symmetric (QuaRot's A4 default, clip ratio 1.0), simulated (fake quant) on CPU.
+- Activations: per token, symmetric (QuaRot's A4 default, clip ratio 1.0), simulated (fake quant) on CPU with the
+  quantizer the INT4 kernels run (`toolkit.ops.int4.per_token_codes`: codes in ±(2^{b−1}−1), e.g. ±7 at 4 bits).
 - KV cache: per token and head, asymmetric; K is quantized after RoPE, V as it enters attention.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from toolkit.core.errors import BadInputError
+from toolkit.ops.int4 import per_token_codes
 
 
 def check_bits(bits: int, name: str = "bits") -> None:
@@ -108,11 +110,12 @@ def fit_grid(W: torch.Tensor, bits: int, mse: bool = True, group_size: int | Non
 
 
 def fake_quant_per_token(x: torch.Tensor, bits: int, clip_ratio: float = 1.0) -> torch.Tensor:
-    """Symmetric per-token (last dimension) fake quantization of activations."""
+    """Symmetric per-token (last dimension) fake quantization of activations: the kernels' quantizer
+    (`toolkit.ops.int4.per_token_codes`, codes in ±(2^{b−1}−1)) dequantized, in x's dtype."""
     if bits >= 16:
         return x
-    scale = (x.abs().amax(dim=-1, keepdim=True) * clip_ratio / max_code(bits)).clamp(min=1e-8)
-    return torch.clamp(torch.round(x / scale), -max_code(bits) - 1, max_code(bits)) * scale
+    codes, scale = per_token_codes(x, bits, clip_ratio)
+    return codes * scale
 
 
 def fake_quant_asym(x: torch.Tensor, bits: int) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """The one JSON writer of the house: result files (`results.json`, reports) and per-record logs (`*.jsonl`).
 
-`write_json` writes through a temporary file and a rename, so a reader never sees half a file; `JsonlWriter`
-appends one compact line per record and flushes it (a killed run keeps every finished record)."""
+`write_json` (and `write_jsonl`, a whole JSON-lines file) writes through a temporary file and a rename, so a reader
+never sees half a file; `JsonlWriter` appends one compact line per record and flushes it (a killed run keeps every
+finished record)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,22 @@ def dumps(payload: Any, indent: int | None = 2) -> str:
     return json.dumps(payload, indent=indent, default=str, ensure_ascii=False)
 
 
-def write_json(path: str | Path, payload: Any, indent: int | None = 2) -> Path:
+def _replace_with(path: str | Path, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps(payload, indent) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def write_json(path: str | Path, payload: Any, indent: int | None = 2) -> Path:
+    return _replace_with(path, dumps(payload, indent) + "\n")
+
+
+def write_jsonl(path: str | Path, records: Iterable[Any]) -> Path:
+    """A whole JSON-lines file (one compact record a line) written at once, through a rename like `write_json`."""
+    return _replace_with(path, "".join(dumps(record, indent=None) + "\n" for record in records))
 
 
 def read_json(path: str | Path) -> Any:

@@ -94,6 +94,9 @@ def finetune_classifier(encoder: str | Path, texts: Sequence[str], labels: Seque
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from toolkit.nn.schedule import linear_decay
+    from toolkit.nn.train import fit
+
     num_labels = max(labels) + 1
     require(num_labels >= 2, "the training set needs at least two classes")
     torch.manual_seed(seed)
@@ -101,23 +104,22 @@ def finetune_classifier(encoder: str | Path, texts: Sequence[str], labels: Seque
     model = AutoModelForSequenceClassification.from_pretrained(str(encoder), num_labels=num_labels).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     steps = epochs * ((len(texts) + batch_size - 1) // batch_size)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1 - s / max(steps, 1)))
     order_rng = random.Random(seed)
     batches = []
     for _ in range(epochs):
         order = list(range(len(texts)))
         order_rng.shuffle(order)
         batches += [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-    model.train()
-    for batch_ids in (progress(batches, total=len(batches), description="fine-tune") if progress else batches):
+
+    def loss_of(batch_ids):
         enc = tokenizer([texts[i] for i in batch_ids], return_tensors="pt", padding=True, truncation=True,
                         max_length=max_length).to(device)
         target = torch.tensor([labels[i] for i in batch_ids], device=device)
-        loss = model(**enc, labels=target).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        return model(**enc, labels=target).loss
+
+    model.train()
+    fit(optimizer, progress(batches, total=len(batches), description="fine-tune") if progress else batches, loss_of,
+        lr_at=lambda step: lr * linear_decay(step, steps))
     return model.eval(), tokenizer
 
 

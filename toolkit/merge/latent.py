@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from toolkit.core.errors import BadInputError, RunError, require
+from toolkit.core.records import write_json
 from toolkit.merge import chunking
 from toolkit.merge.baselines import average, normalise_weights
 from toolkit.merge.common import finish, load_parents, pick_target, record_depths
@@ -29,7 +30,9 @@ from toolkit.merge.config import LatentMergeConfig, LatentTrainConfig
 from toolkit.merge.evaluate import evaluate
 from toolkit.merge.models import PlainModel, load_for_merge, parse_model_list
 from toolkit.merge.projection import lay_out
-from toolkit.merge.vae import LossWeights, VAEShape, WeightVAE, learning_rate, stage_loss, stage_parameters
+from toolkit.merge.vae import LossWeights, VAEShape, WeightVAE, stage_loss, stage_parameters
+from toolkit.nn.schedule import warmup_cosine
+from toolkit.nn.train import fit
 
 PAPER = "https://openreview.net/forum?id=VSDV0SWwOC"
 VAE_WEIGHTS, VAE_META, CKPT = "vae.safetensors", "vae.json", "vae_train.pt"
@@ -60,7 +63,7 @@ def save_vae(model: WeightVAE, out: Path, meta: dict) -> None:
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / VAE_WEIGHTS))
-    (out / VAE_META).write_text(json.dumps(meta, indent=2))
+    write_json(out / VAE_META, meta)
 
 
 def load_vae(path: str, device: str) -> tuple[WeightVAE, dict]:
@@ -171,20 +174,26 @@ def _train_stage(model: WeightVAE, data: dict, stage: int, steps: int, config: L
     generator = torch.Generator().manual_seed(ctx.seed * 1000 + stage + start)
     n = data["x"].shape[0]
     warmup = min(config.warmup_steps, max(1, steps // 4))
-    model.train()
-    for step in ctx.progress(range(start, steps), total=steps - start, description=f"VAE stage {stage}"):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, steps, config.lr, warmup)
-        batch = select(data, torch.randint(0, n, (min(config.batch_size, n),), generator=generator), ctx.device)
+
+    def batches():
+        for step in ctx.progress(range(start, steps), total=steps - start, description=f"VAE stage {stage}"):
+            yield step, select(data, torch.randint(0, n, (min(config.batch_size, n),), generator=generator),
+                               ctx.device)
+
+    def loss_of(item):
+        step, batch = item
         loss, _ = stage_loss(model, batch, stage, weights)
         if not math.isfinite(loss.item()):
             raise RunError(f"VAE stage {stage} loss became non-finite at step {step}", hint="lower --set lr=...")
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, config.gradient_clip)
-        optimizer.step()
+        return loss
+
+    def after(step: int, _loss, _record) -> None:
         if (step + 1) % config.checkpoint_every == 0 and step + 1 < steps:
             _checkpoint(ctx, stage, step + 1, model, optimizer, recon)
+
+    model.train()
+    fit(optimizer, batches(), loss_of, start=start, clip=(params, config.gradient_clip), on_step=after,
+        lr_at=lambda step: warmup_cosine(step, steps, warmup, peak=config.lr))
     model.eval()
 
 

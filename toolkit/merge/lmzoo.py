@@ -10,7 +10,6 @@ next-token top-1 accuracy (percent, the `acc_*` keys) and perplexity (`ppl_*`).
 from __future__ import annotations
 
 import copy
-import json
 import math
 import shutil
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import torch
 
 from toolkit.core.errors import require
+from toolkit.core.records import write_json
 from toolkit.merge.config import LMZooConfig, TextTask  # noqa: F401 - TextTask: the tasks' type, importable here
 
 HELDOUT = "heldout.txt"
@@ -165,7 +165,7 @@ def run_lm_zoo(config: LMZooConfig, ctx) -> None:
             train_steps(fine, [streams[task]], config.finetune_steps, config.finetune_lr, config, seed + 1000,
                         on_step=snapshot)
             save(fine, f"{stem}-{task}", task, "final", seed, width)
-    ctx.path("zoo.json").write_text(json.dumps(records, indent=2))
+    write_json(ctx.path("zoo.json"), records)
     ctx.metrics["n_models"] = len(records)
     ctx.metrics["models"] = {r["name"]: {k: v for k, v in r.items() if k.startswith(("acc_", "ppl_"))}
                              for r in records if r["role"] != "snapshot"}

@@ -176,11 +176,3 @@ def stage_parameters(model: WeightVAE, stage: int) -> list[nn.Parameter]:
     if stage == 1:
         return [p for p in model.parameters() if id(p) not in neck]
     return [p for p in model.parameters() if id(p) not in encoder]
-
-
-def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
-    """Linear warm-up then cosine decay to zero (the official schedule)."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return peak * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from toolkit.core.errors import BadInputError
+from toolkit.core.records import write_json
 from toolkit.models.adapters import ArchAdapter, adapter_for, get_layers
 from toolkit.nn.hooks import StopForward, stop_forward
 
@@ -183,7 +184,7 @@ def _save_progress(directory: Path, index: int, block: nn.Module, inputs: list[t
               str(directory / f"block_{index}.safetensors"))
     save_file({f"{i:06d}": x.contiguous() for i, x in enumerate(inputs)}, str(directory / "inputs.tmp"))
     (directory / "inputs.tmp").replace(directory / "inputs.safetensors")
-    (directory / "progress.json").write_text(json.dumps({"done": index, "fingerprint": fingerprint}))
+    write_json(directory / "progress.json", {"done": index, "fingerprint": fingerprint})
 
 
 def _load_progress(directory: Path, fingerprint: str) -> dict | None:

@@ -2,7 +2,7 @@
 
 Each loop composes these (multiplying a peak LR) the way its paper's official code does: e.g. remove-ln's
 cosine_with_min_lr is `linear_warmup` then `cosine(progress, floor)`; the zoo's recipe multiplies a warm-up ramp by a
-cosine over all steps."""
+cosine over all steps; the backdoor defense's classifier decays linearly."""
 
 from __future__ import annotations
 
@@ -26,8 +26,17 @@ def linear_warmup(step: int, warmup: int) -> float:
     return 1.0 if warmup <= 0 else min(1.0, (step + 1) / warmup)
 
 
-def warmup_cosine(step: int, total: int, warmup: int, floor: float = 0.0) -> float:
-    """Linear warm-up for `warmup` steps, then cosine from 1 to `floor` over the remaining steps."""
+def warmup_cosine(step: int, total: int, warmup: int, floor: float = 0.0, peak: float = 1.0) -> float:
+    """Linear warm-up for `warmup` steps, then cosine from 1 to `floor` over the remaining steps; times `peak`.
+
+    With `peak` the result is the learning rate itself (the weight VAE sets it on the optimiser each step): the ramp
+    is computed as peak·(step + 1)/warmup, the order that loop always used, so its rates stay bit-identical; with
+    peak = 1 it is the factor a LambdaLR multiplies, unchanged."""
     if step < warmup:
-        return linear_warmup(step, warmup)
-    return cosine((step - warmup) / max(1, total - warmup), floor)
+        return peak * (step + 1) / warmup
+    return peak * cosine((step - warmup) / max(1, total - warmup), floor)
+
+
+def linear_decay(step: int, total: int) -> float:
+    """1 − step/total, floored at 0: HF's linear schedule without warm-up (total <= 0 counts as 1)."""
+    return max(0.0, 1 - step / max(total, 1))

@@ -34,16 +34,22 @@ def padded(k: int) -> int:
     return -(-k // BLOCK) * BLOCK
 
 
+def per_token_codes(x: torch.Tensor, bits: int, clip_ratio: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The house's one per-token activation quantizer: symmetric codes round(x/s) in [−(2^{b−1}−1), 2^{b−1}−1] (the
+    range the kernels take: ±7 at 4 bits, ±127 at 8), s = clip·max|x|/(2^{b−1}−1) per token (last dimension), s = 1
+    for an all-zero token. Codes (as x's dtype) and scales [..., 1]; `compress`'s fake quantization is codes·s."""
+    top = 2 ** (bits - 1) - 1
+    amax = x.abs().amax(dim=-1, keepdim=True) * clip_ratio
+    scale = torch.where(amax > 0, amax / top, torch.ones_like(amax))
+    return torch.clamp(torch.round(x / scale), -top, top), scale
+
+
 def quantize_activations(x: torch.Tensor, bits: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token symmetric codes (int8 storage) and float32 scales; an all-zero token gets scale 1."""
+    """Per-token symmetric codes (int8 storage) and float32 scales [tokens] (`per_token_codes` on float32)."""
     if not 2 <= bits <= 8:
         raise BadInputError(f"activation bits must be in [2, 8], got {bits}")
-    top = 2 ** (bits - 1) - 1
-    x = x.float()
-    amax = x.abs().amax(dim=-1)
-    scale = torch.where(amax > 0, amax / top, torch.ones_like(amax))
-    codes = torch.clamp(torch.round(x / scale.unsqueeze(-1)), -top, top).to(torch.int8)
-    return codes, scale.float()
+    codes, scale = per_token_codes(x.float(), bits)
+    return codes.to(torch.int8), scale.squeeze(-1)
 
 
 @dataclass

@@ -7,10 +7,11 @@ calibration, `run` evaluates DeepRAG and the baselines (no retrieval, always ret
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 from toolkit.core.errors import BadInputError, require
+from toolkit.core.records import JsonlWriter, write_json, write_jsonl
+from toolkit.models import tokens
 from toolkit.rag import infer
 from toolkit.rag.config import IndexConfig, RunConfig, SynthConfig, TrainConfig
 from toolkit.rag.qa import QAItem, load_qa
@@ -147,7 +148,7 @@ def run_synth(config: SynthConfig, ctx) -> dict:
     agrees = (lambda parametric, grounded: answer_matches(parametric, [grounded])) \
         if config.parametric_check == "evidence" else None
     found, retrievals, expansions, pairs_written = 0, 0, 0, 0
-    with open(ctx.path("trajectories.jsonl"), "w") as trajectories, open(ctx.path("pairs.jsonl"), "w") as pairs:
+    with JsonlWriter(ctx.path("trajectories.jsonl")) as trajectories, JsonlWriter(ctx.path("pairs.jsonl")) as pairs:
         for item in ctx.progress(items, len(items), "tree search"):
             oracle = ModelOracle(llm, config, item, cache)
             result = tree_search(item.question, oracle, retrieve_for(item), lambda a: answer_matches(a, item.answers),
@@ -158,12 +159,11 @@ def run_synth(config: SynthConfig, ctx) -> dict:
             found += 1
             retrievals += result.trace.retrievals
             prompt = question_prompt(item.question, config.instruction, config.few_shot)
-            trajectories.write(json.dumps({"id": item.id, "question": item.question, "answers": item.answers,
-                                           "prompt": prompt, "trace": result.trace.to_dict(),
-                                           "text": render_trace(result.trace)}) + "\n")
+            trajectories.write({"id": item.id, "question": item.question, "answers": item.answers,
+                                "prompt": prompt, "trace": result.trace.to_dict(), "text": render_trace(result.trace)})
             # the baselines' data (policy always/never) explored one decision per step: nothing to calibrate
             for pair in calibration_pairs(prompt, result.trace, config.pairs) if config.policy == "tree" else []:
-                pairs.write(json.dumps({"id": item.id, **pair}) + "\n")
+                pairs.write({"id": item.id, **pair})
                 pairs_written += 1
     require(found, "the tree search found no correct path for any question: check the model, index and answers")
     ctx.metrics.update({"policy": config.policy, "decompose": config.decompose, "parametric": config.parametric,
@@ -204,7 +204,7 @@ def run_train(config: TrainConfig, ctx) -> dict:
     if "dpo" in config.stages:
         require(pairs, f"{config.data}/pairs.jsonl is missing or empty: stage II (dpo) needs calibration pairs")
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad_id = tokens.pad_id(tokenizer)
     cpu = ctx.device == "cpu"
     if "sft" in config.stages:
         examples = [training.encode_segments(tokenizer, training.trajectory_segments(
@@ -244,11 +244,10 @@ def run_run(config: RunConfig, ctx) -> dict:
         episodes = runner.run(items, progress=lambda it, total, description: ctx.progress(it, total, description))
         scores = infer.score(episodes)
         rows.append({"dataset": dataset, "method": infer.METHOD_NAMES[method], **scores})
-        with open(ctx.path(f"traces-{method}.jsonl"), "w") as f:
-            for episode in episodes:
-                f.write(json.dumps({"id": episode.item.id, "answers": episode.item.answers,
-                                    **episode.trace.to_dict(), "lines": episode.lines}) + "\n")
-    (ctx.path("results.json")).write_text(json.dumps({"rows": rows}, indent=2))
+        write_jsonl(ctx.path(f"traces-{method}.jsonl"),
+                    ({"id": episode.item.id, "answers": episode.item.answers, **episode.trace.to_dict(),
+                      "lines": episode.lines} for episode in episodes))
+    write_json(ctx.path("results.json"), {"rows": rows})
     ctx.metrics.update({row["method"]: {k: row[k] for k in ("em", "f1", "retrievals_per_question")} for row in rows})
     ctx.metrics["questions"] = len(items)
     return ctx.metrics

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from toolkit.core.errors import BadInputError, ResourceError, require
+from toolkit.core.records import write_json, write_jsonl
 
 
 @dataclass(frozen=True)
@@ -153,11 +154,9 @@ def build_index(passages: Sequence[Passage], kind: str = "bm25"):
 def save_index(retriever, directory: str | Path) -> None:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / "passages.jsonl", "w") as f:
-        for passage in retriever.passages:
-            f.write(json.dumps(asdict(passage)) + "\n")
+    write_jsonl(directory / "passages.jsonl", (asdict(passage) for passage in retriever.passages))
     retriever.save(directory)
-    (directory / "index.json").write_text(json.dumps({"kind": retriever.kind, "passages": len(retriever.passages)}))
+    write_json(directory / "index.json", {"kind": retriever.kind, "passages": len(retriever.passages)})
 
 
 def load_index(directory: str | Path):

@@ -14,6 +14,10 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from toolkit.nn.logprobs import token_logprobs
+from toolkit.nn.schedule import warmup_cosine
+from toolkit.nn.train import epochs as epochs_of
+from toolkit.nn.train import fit
 from toolkit.rag.trace import CONTEXT, FOLLOW, INTERMEDIATE, SEARCH, Trace, render_context, render_final
 
 IGNORE = -100
@@ -72,11 +76,10 @@ def collate(examples: Sequence[dict], pad_id: int) -> dict[str, torch.Tensor]:
 
 def sequence_logprob(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Sum of log p(label token) over the unmasked labels of each row."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
     targets = batch["labels"][:, 1:]
     keep = targets != IGNORE
-    picked = logits.log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return (picked * keep).sum(-1)
+    return (token_logprobs(logits, targets.clamp(min=0)) * keep).sum(-1)
 
 
 def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
@@ -93,17 +96,6 @@ def encode_pair(tokenizer, pair: dict, max_length: int) -> tuple[dict, dict]:
     end = "" if pair.get("format") == "decision" else "\n"
     return (encode_segments(tokenizer, [prompt, (pair["chosen"] + end, True)], max_length, add_eos=False),
             encode_segments(tokenizer, [prompt, (pair["rejected"] + end, True)], max_length, add_eos=False))
-
-
-def _schedule(optimizer, total: int, warmup_ratio: float):
-    warmup = max(1, int(total * warmup_ratio))
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 class BucketSampler(torch.utils.data.Sampler):
@@ -147,23 +139,13 @@ def _optimise(model, loader, epochs: float, lr: float, warmup_ratio: float, cpu:
 
     accelerator = Accelerator(cpu=cpu)
     total = max(1, math.ceil(epochs * len(loader)))
+    warmup = max(1, int(total * warmup_ratio))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    scheduler = _schedule(optimizer, total, warmup_ratio)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     model.train()
-    records: list = []
-    while len(records) < total:
-        for batch in loader:
-            loss, record = step_loss(model, batch)
-            accelerator.backward(loss)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-            records.append(record)
-            if on_step:
-                on_step(len(records), total, float(loss))
-            if len(records) >= total:
-                break
+    records = fit(optimizer, epochs_of(loader), lambda batch: step_loss(model, batch), steps=total,
+                  lr_at=lambda step: lr * warmup_cosine(step, total, warmup), backward=accelerator.backward,
+                  on_step=(lambda step, loss, _: on_step(step + 1, total, float(loss))) if on_step else None)
     model.eval()
     return records
 

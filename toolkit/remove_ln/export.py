@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from toolkit.core.errors import BadInputError
+from toolkit.core.records import write_json
 from toolkit.remove_ln.fakeln import FakeLNModel
 
 PLAIN_EPS = 1e12
@@ -133,7 +134,7 @@ def save_folded(model, tokenizer, out: Path, metadata: dict, card: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     config = model.config.to_dict()
     config["iclrkit"] = metadata
-    (out / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    write_json(out / "config.json", config)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(out / FOLDED_FILE), metadata={"format": "pt", "iclrkit": "remove-ln folded"})
     if tokenizer is not None:

@@ -13,7 +13,6 @@ full-batch gradient descent on the exponential (or logistic) loss from an initia
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Literal
 
@@ -21,6 +20,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from toolkit.core.config import BaseConfig
+from toolkit.core.records import write_json
 
 
 class BenignOverfitConfig(BaseConfig):
@@ -190,6 +190,6 @@ def _run(config: BenignOverfitConfig, ctx) -> dict:
                "overparameterised_points": sum(p["d"] >= p["n"] for p in points)}
     ctx.metrics.update(summary)
     if ctx.out is not None:
-        ctx.path("points.json").write_text(json.dumps({"summary": summary, "points": points}, indent=2))
+        write_json(ctx.path("points.json"), {"summary": summary, "points": points})
         plot(points, ctx.path("phase_diagram.png"))
     return {"summary": summary, "points": points}

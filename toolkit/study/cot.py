@@ -257,28 +257,38 @@ def train_one(config: CotConfig, kb: KnowledgeBase, vocab: Vocab, cot: bool, see
               device: str = "cpu") -> dict:
     import torch
 
+    from toolkit.nn.schedule import linear_warmup
+    from toolkit.nn.train import fit
+
     torch.manual_seed(seed)
     model = build_model(config, vocab).to(device)
     ids, labels = (t.to(device) for t in to_batch(*encode(kb, vocab, cot), vocab))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
                                   betas=(0.9, 0.98))
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup)))
     generator = torch.Generator(device=device).manual_seed(seed)
     history = []
-    for step in progress(range(1, config.steps + 1), config.steps, f"train {'cot' if cot else 'nocot'}"):
+
+    def batches():
+        for step in progress(range(1, config.steps + 1), config.steps, f"train {'cot' if cot else 'nocot'}"):
+            yield step, torch.randint(0, ids.shape[0], (config.batch_size,), generator=generator, device=device)
+
+    def loss_of(batch):
+        step, rows = batch
         model.train()
-        rows = torch.randint(0, ids.shape[0], (config.batch_size,), generator=generator, device=device)
         loss = model(ids[rows], labels=labels[rows]).loss
         if not math.isfinite(loss.item()):
             from toolkit.core.errors import RunError
             raise RunError(f"training loss became {loss.item()} at step {step}", "lower lr")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        return loss
+
+    def after(index: int, loss, _record) -> None:
+        step = index + 1
         if step % config.eval_every == 0 or step == config.steps:
             history.append({"step": step, "loss": round(loss.item(), 5), **evaluate(model, kb, vocab, cot)})
             log.info("%s step %d %s", "cot" if cot else "nocot", step, history[-1])
+
+    fit(optimizer, batches(), loss_of, on_step=after,
+        lr_at=lambda index: config.lr * linear_warmup(index, max(1, config.warmup)))
     model.eval()
     return {"model": model, "history": history, "final": history[-1],
             "ranks_iid": bridge_ranks(model, kb.test_iid, vocab),
@@ -338,7 +348,7 @@ def plan(config: CotConfig, ctx) -> dict:
 
 
 def run(config: CotConfig, ctx) -> dict:
-    import json
+    from toolkit.core.records import write_json
 
     kb = make_knowledge_base(config, ctx.seed)
     vocab = Vocab(config.n_entities, config.n_relations)
@@ -354,8 +364,8 @@ def run(config: CotConfig, ctx) -> dict:
                          "train_inferred": final["train_inferred"],
                          "bridge_layer": first_resolved_layer(res["ranks_iid"], config.lens_position)}
     ctx.metrics.update(summary)
-    ctx.path("history.json").write_text(json.dumps(
-        {mode: {"history": r["history"], "ranks_iid": r["ranks_iid"], "ranks_ood": r["ranks_ood"]}
-         for mode, r in results.items()}, indent=2))
+    write_json(ctx.path("history.json"),
+               {mode: {"history": r["history"], "ranks_iid": r["ranks_iid"], "ranks_ood": r["ranks_ood"]}
+                for mode, r in results.items()})
     plot(results, ctx.path("accuracy.png"), ctx.path("logit_lens.png"))
     return summary
