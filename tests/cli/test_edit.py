@@ -38,6 +38,7 @@ def test_edit_end_to_end(cli, tmp_path, facts, fixture, method, request, device_
     out = _run(cli, tmp_path, model_dir, facts, method, method, "--batch-size", "2", *device_args)
     record = json.loads((out / "run.json").read_text())
     assert record["status"] == "ok" and record["technique"] == f"edit.{method}"
+    assert "metrics.json" not in record["artifacts"] and not (out / "metrics.json").exists()  # run.json only
     metrics = record["metrics"]
     for key in ("efficacy", "generalization", "specificity", "fluency", "alignment_spearman"):
         assert key in metrics

@@ -7,9 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from toolkit.edit.context import EditContext
 from toolkit.edit.eamet import EametConfig, EmbeddingAlignment
 from toolkit.edit.facts import EditRequest
-from toolkit.edit.keys import Arch, compute_keys
+from toolkit.edit.keys import compute_keys
 from toolkit.edit.values import optimise_values
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -26,10 +27,10 @@ def setup(tiny_llama_dir):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval().requires_grad_(False)
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama_dir)
-    arch = Arch.of(model)
+    ectx = EditContext.of(model, tokenizer, "cpu", batch=4, templates=TEMPLATES)
     requests = [EditRequest(prompt=p, subject=s, target_new=t, record_id=f"r{i}") for i, (p, s, t) in enumerate(FACTS)]
-    keys = compute_keys(model, arch, tokenizer, requests, TEMPLATES, [1], 4, "cpu")[1]
-    return model, arch, tokenizer, requests, keys
+    keys = compute_keys(ectx, requests, [1])[1]
+    return ectx, requests, keys
 
 
 def _config(**overrides):
@@ -52,11 +53,11 @@ class Spy(EmbeddingAlignment):
 
 
 def test_each_request_aligns_only_to_the_final_delta_of_earlier_requests(setup):
-    model, arch, tokenizer, requests, keys = setup
+    ectx, requests, keys = setup
     config = _config()
     spy = Spy(config)
     spy.begin_batch(keys)
-    delta, _, _ = optimise_values(model, arch, tokenizer, requests, TEMPLATES, keys, config, 1, "cpu", spy)
+    delta, _, _ = optimise_values(ectx, requests, keys, config, 1, spy)
     final = F.normalize(delta, dim=-1)
     seen = sorted({(span.start, span.stop) for span, _ in spy.calls})
     assert seen == [(k, k + 1) for k in range(len(requests))]  # one request at a time despite opt_batch 4
@@ -99,22 +100,21 @@ class OfficialOrder:
 
 
 def test_values_equal_the_official_one_by_one_loop(setup):
-    model, arch, tokenizer, requests, keys = setup
+    ectx, requests, keys = setup
     config = _config()
     ours = EmbeddingAlignment(config)
     ours.begin_batch(keys)
-    delta, _, _ = optimise_values(model, arch, tokenizer, requests, TEMPLATES, keys, config, 1, "cpu", ours)
+    delta, _, _ = optimise_values(ectx, requests, keys, config, 1, ours)
     official = OfficialOrder(keys, config)
     expected = []
     for k, request in enumerate(requests):
         official.k = k
-        d, _, _ = optimise_values(model, arch, tokenizer, [request], TEMPLATES, keys[k:k + 1], config, 1, "cpu",
-                                  official)
+        d, _, _ = optimise_values(ectx, [request], keys[k:k + 1], config, 1, official)
         expected.append(d)
     expected = torch.cat(expected)
     assert torch.allclose(delta, expected, atol=1e-4, rtol=1e-4)
     # the alignment is really acting: without it the later requests get other δ, the first one the same
-    plain, _, _ = optimise_values(model, arch, tokenizer, requests, TEMPLATES, keys, config, 1, "cpu", None)
+    plain, _, _ = optimise_values(ectx, requests, keys, config, 1, None)
     assert torch.allclose(plain[0], delta[0], atol=1e-5)
     assert (plain[1:] - delta[1:]).norm(dim=-1).min() > 1e-3
 

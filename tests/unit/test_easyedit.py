@@ -10,10 +10,10 @@ import pytest
 
 from toolkit.core.config import resolve_config
 from toolkit.core.errors import BadInputError
+from toolkit.edit.config import MemitConfig
 from toolkit.edit.eamet import EametConfig
 from toolkit.edit.easyedit import translate, translate_file
 from toolkit.edit.facts import load_facts
-from toolkit.edit.memit import MemitConfig
 
 # the shapes of KnowEdit's benchmark_wiki_recent / wiki_counterfact / WikiBio records (examples/KnowEdit.md)
 KNOWEDIT = [

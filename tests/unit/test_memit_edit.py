@@ -6,10 +6,11 @@ and the target is one token: the edit has to work through the subject position i
 
 import torch
 
+from toolkit.edit.config import MemitConfig
+from toolkit.edit.context import EditContext
 from toolkit.edit.facts import EditRequest
 from toolkit.edit.insert import insert
-from toolkit.edit.keys import Arch, block_outputs, compute_keys, prompt_rows
-from toolkit.edit.memit import MemitConfig
+from toolkit.edit.keys import block_outputs, compute_keys, prompt_rows
 from toolkit.edit.metrics import score_answers
 from toolkit.edit.values import optimise_values
 
@@ -20,18 +21,18 @@ def test_single_edit_reaches_target(tiny_gpt2_dir):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir).eval().requires_grad_(False)
     tokenizer = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
-    arch = Arch.of(model)
+    ectx = EditContext.of(model, tokenizer, "cpu", batch=4)
     request = EditRequest(prompt="The value of {}", subject="object", target_new="the", record_id="r0")
     config = MemitConfig(model="m", data="d", v_num_grad_steps=60, clamp_factor=10.0, kl_factor=0.0,
                          v_weight_decay=0.0, early_stop_loss=1e-3)
     layers, templates = [1], [""]
     before, = score_answers(model, tokenizer, [(request.text, request.target_new)], 4, "cpu")
-    keys = compute_keys(model, arch, tokenizer, [request], templates, [1], 4, "cpu")[1]
-    delta, h, _ = optimise_values(model, arch, tokenizer, [request], templates, keys, config, 1, "cpu")
+    ectx = ectx.with_templates(templates)
+    keys = compute_keys(ectx, [request], [1])[1]
+    delta, h, _ = optimise_values(ectx, [request], keys, config, 1)
     width = keys.shape[-1]
-    insert(model, arch, tokenizer, [request], templates, h + delta, layers,
-           {l: torch.eye(width) for l in layers}, 1e-6, 4, "cpu")
-    reached = block_outputs(model, arch, tokenizer, [request], 1, 4, "cpu")
+    insert(ectx, [request], h + delta, layers, {l: torch.eye(width) for l in layers}, 1e-6)
+    reached = block_outputs(ectx, [request], 1)
     assert torch.allclose(reached, h + delta, rtol=1e-3, atol=1e-3)
     after, = score_answers(model, tokenizer, [(request.text, request.target_new)], 4, "cpu")
     assert not before["strict"] and after["strict"]
@@ -112,19 +113,16 @@ def test_batched_values_equal_each_request_alone(tiny_llama_dir):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval().requires_grad_(False)
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama_dir)
-    arch = Arch.of(model)
     facts = [("The value of {}", "object", "the"), ("{} is located in", "the big house", "a red car"),
              ("Where is {}?", "a", "blue"), ("I think {} will", "Paris France today", "of the day")]
     requests = [EditRequest(prompt=p, subject=s, target_new=t, record_id=f"r{i}") for i, (p, s, t) in enumerate(facts)]
-    templates = ["", "Hello world. "]
-    keys = compute_keys(model, arch, tokenizer, requests, templates, [1], 4, "cpu")[1]
+    ectx = EditContext.of(model, tokenizer, "cpu", batch=4, templates=["", "Hello world. "])
+    keys = compute_keys(ectx, requests, [1])[1]
     settings = dict(model="m", data="d", kl_factor=0.0, v_weight_decay=0.0, clamp_factor=10.0)
-    start = optimise_values(model, arch, tokenizer, requests, templates, keys,
-                            MemitConfig(v_num_grad_steps=1, **settings), 1, "cpu")[2].sort().values
+    start = optimise_values(ectx, requests, keys, MemitConfig(v_num_grad_steps=1, **settings), 1)[2].sort().values
     stop = float(start[:2].mean())  # the easiest request stops at once, the others keep going
     config = MemitConfig(v_num_grad_steps=12, early_stop_loss=stop, **settings)
-    together, _, nll = optimise_values(model, arch, tokenizer, requests, templates, keys, config, 1, "cpu")
-    alone = torch.cat([optimise_values(model, arch, tokenizer, [r], templates, keys[i:i + 1], config, 1, "cpu")[0]
-                       for i, r in enumerate(requests)])
+    together, _, nll = optimise_values(ectx, requests, keys, config, 1)
+    alone = torch.cat([optimise_values(ectx, [r], keys[i:i + 1], config, 1)[0] for i, r in enumerate(requests)])
     assert torch.allclose(together, alone, atol=1e-4)
     assert 1 <= int((nll < stop).sum()) < len(requests)

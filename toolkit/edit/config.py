@@ -1,4 +1,7 @@
-"""MEMIT's config (EAMET extends it): torch-free, so the CLI can build options from it."""
+"""MEMIT's config (EAMET extends it): torch-free, so the CLI can build options from it.
+
+The edit methods are registered in toolkit/edit/methods/ (one module each, `@register("edit", NAME, config=...)`);
+a method's config is MemitConfig or a subclass whose `method` names it."""
 
 from __future__ import annotations
 
@@ -8,6 +11,13 @@ from pydantic import Field, field_validator
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.fields import data_field
+from toolkit.core.registry import declare
+
+declare("edit", "toolkit.edit.methods")  # every module there registers its method(s)
+
+# the config fields every edit command offers as flags (a method adds its own, e.g. EAMET's tau and top_m)
+BASE_FLAGS = ["data", "model", "n_edits", "layers", "batch_size", "mom2_update_weight", "cov_data", "v_num_grad_steps",
+              "values"]
 
 
 class MemitConfig(BaseConfig):
@@ -15,6 +25,7 @@ class MemitConfig(BaseConfig):
 
     Paper https://arxiv.org/abs/2210.07229, code https://github.com/kmeng01/memit."""
 
+    method: Literal["memit"] = "memit"  # the registered edit method (toolkit/edit/methods/); each command sets its own
     model: str = Field(description="Model: local path, hub id, or zoo:NAME (default: an EasyEdit --config's "
                                    "model_name).", json_schema_extra={"short": "-m"})
     data: str = data_field(..., description="Facts: CounterFact/zsRE .json (ROME or EasyEdit schema) or .jsonl "
@@ -69,6 +80,7 @@ class MemitConfig(BaseConfig):
 class EametConfig(MemitConfig):
     """EAMET defaults from the official hparams/EAMET/*.json (LLaMA3-8B λ, clamp of LLaMA2/3) and general.sh."""
 
+    method: Literal["eamet"] = "eamet"
     mom2_update_weight: float = 15000.0
     init: Literal["zero", "target"] = "target"
     clamp: Literal["h", "ks"] = "ks"

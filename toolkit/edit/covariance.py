@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from toolkit.core.errors import RunError
-from toolkit.edit.keys import Arch, pad_id
+from toolkit.edit.context import EditContext
 
 log = logging.getLogger("iclrkit.edit")
 PREFIX_SEEDS = ("The", "Therefore", "Because", "I", "You", "However", "Also", "Nevertheless", "He", "It", "Can",
@@ -21,16 +21,17 @@ PREFIX_SEEDS = ("The", "Therefore", "Because", "I", "You", "However", "Also", "N
 
 
 @torch.no_grad()
-def context_templates(model, tokenizer, n: int, length: int, device) -> list[str]:
+def context_templates(ectx: EditContext, n: int, length: int) -> list[str]:
     """"" (the bare prompt) plus n model-generated prefixes ending in ". " (the paper's random-prefix prompts)."""
+    model, tokenizer = ectx.model, ectx.tokenizer
     if n <= 0:
         return [""]
     seeds = [PREFIX_SEEDS[i % len(PREFIX_SEEDS)] for i in range(n)]
     templates = [""]
     for seed in seeds:
-        ids = torch.tensor([tokenizer(seed)["input_ids"]], device=device)
+        ids = torch.tensor([tokenizer(seed)["input_ids"]], device=ectx.device)
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=length, do_sample=True,
-                             top_k=100, temperature=0.5, pad_token_id=pad_id(tokenizer))
+                             top_k=100, temperature=0.5, pad_token_id=ectx.pad)
         text = tokenizer.decode(out[0], skip_special_tokens=True).replace("{", " ").replace("}", " ")
         templates.append(" ".join(text.split()) + ". ")
     return templates
@@ -53,14 +54,15 @@ def stats_dir(configured: str | None) -> Path:
 
 
 @torch.no_grad()
-def key_covariance(model, arch: Arch, tokenizer, layers: list[int], text: str, n_tokens: int, seqlen: int,
-                   cache: Path, device, progress=None) -> dict[int, torch.Tensor]:
+def key_covariance(ectx: EditContext, layers: list[int], text: str, n_tokens: int, seqlen: int,
+                   cache: Path) -> dict[int, torch.Tensor]:
     """C_l = E[k kᵀ] of the down-projection inputs over n_tokens of text (fp64 accumulation, fp32 result),
     cached on disk under a fingerprint of the model, the text, the layer and the sample size."""
     from toolkit.data.text import calibration_windows
     from toolkit.linalg.hessian import HessianAccumulator
     from toolkit.nn.hooks import StopForward, module_at
 
+    model, progress = ectx.model, ectx.progress
     text_sha = hashlib.sha256(text.encode()).hexdigest()[:16]
     base = f"{model_fingerprint(model)}-{text_sha}-{n_tokens}-{seqlen}"
     files = {l: cache / f"cov-{base}-layer{l}.pt" for l in layers}
@@ -69,7 +71,7 @@ def key_covariance(model, arch: Arch, tokenizer, layers: list[int], text: str, n
     if not todo:
         return covs
     n_windows = max(1, -(-n_tokens // seqlen))
-    windows = calibration_windows(tokenizer, text, n_windows, seqlen, seed=0)
+    windows = calibration_windows(ectx.tokenizer, text, n_windows, seqlen, seed=0)
     accumulators: dict[int, HessianAccumulator] = {}
     handles = []
 
@@ -85,11 +87,11 @@ def key_covariance(model, arch: Arch, tokenizer, layers: list[int], text: str, n
 
     try:
         for layer in todo:
-            handles.append(module_at(model, arch.down(layer)).register_forward_hook(make(layer)))
+            handles.append(module_at(model, ectx.down(layer)).register_forward_hook(make(layer)))
         batches = range(0, len(windows), 8)
         for start in (progress(batches, description="covariance") if progress else batches):
             with contextlib.suppress(StopForward):
-                model(input_ids=windows[start:start + 8].to(device))
+                model(input_ids=windows[start:start + 8].to(ectx.device))
     finally:
         for handle in handles:
             handle.remove()

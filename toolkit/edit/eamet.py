@@ -13,6 +13,9 @@ Order, as the official compute_z: requests are optimised one at a time, and requ
 frozen δ of the requests before it (rows whose final δ is 0 have no direction and are no neighbours); a request
 with no such neighbour gets no alignment term. Requests of earlier sequential batches (batch_size) stay
 neighbours here; the official code starts each batch afresh.
+
+This module is EAMET's math: the alignment that plugs into MEMIT's value optimisation (values.ValueAlignment).
+The method itself (MEMIT with this alignment) is registered in toolkit/edit/methods/eamet.py.
 """
 
 from __future__ import annotations
@@ -20,10 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from toolkit.edit.config import EametConfig
-from toolkit.edit.memit import run_editing
-
-PAPER = "https://arxiv.org/abs/2505.11876"
+from toolkit.edit.config import EametConfig  # noqa: F401 - EAMET's knobs, beside its math
 
 
 def masked_log_softmax(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -89,8 +89,3 @@ class EmbeddingAlignment:
         unit = F.normalize(delta, dim=-1) * (delta.norm(dim=-1, keepdim=True) > 1e-6)
         self.deltas = unit if self.deltas.numel() == 0 else torch.cat([self.deltas.to(unit.device), unit])
 
-
-def run_eamet(config: EametConfig, ctx) -> dict:
-    aligned = config.cs_factor != 0 or config.mse_factor != 0
-    return run_editing(config, ctx, technique="edit.eamet", paper=PAPER,
-                       alignment_factory=(lambda: EmbeddingAlignment(config)) if aligned else None)

@@ -8,32 +8,29 @@ import logging
 import torch
 
 from toolkit.core.errors import RunError
-from toolkit.edit.keys import Arch, block_outputs, compute_keys
+from toolkit.edit.context import EditContext
+from toolkit.edit.keys import block_outputs, compute_keys
 from toolkit.edit.solve import closed_form_update
 
 log = logging.getLogger("iclrkit.edit")
 
 
-def insert(model, arch: Arch, tokenizer, requests, templates, z: torch.Tensor, layers: list[int],
-           covs: dict[int, torch.Tensor], lam: float, batch: int, device) -> dict[int, float]:
+def insert(ectx: EditContext, requests, z: torch.Tensor, layers: list[int], covs: dict[int, torch.Tensor],
+           lam: float) -> dict[int, float]:
     """Spread Z − H across the edit layers in order (MEMIT's closed form); returns ‖ΔW‖ per layer.
 
     Each layer reaches about kᵀ(λC + KKᵀ)⁻¹k of its share of the residual; kᵀC⁻¹k grows with the key width,
     so a λ tuned for a 7B model (d_ff 11-16k) inserts only part of δ into a small model (see insertion_reach)."""
-    from toolkit.models.adapters import linear_weight, set_linear_weight
-    from toolkit.nn.hooks import module_at
-
     norms = {}
     for index, layer in enumerate(layers):
-        keys = compute_keys(model, arch, tokenizer, requests, templates, [layer], batch, device)[layer]
-        current = block_outputs(model, arch, tokenizer, requests, layers[-1], batch, device)
+        keys = compute_keys(ectx, requests, [layer])[layer]
+        current = block_outputs(ectx, requests, layers[-1])
         resid = (z - current) / (len(layers) - index)
-        update = closed_form_update(keys.t(), resid.t(), covs[layer].to(device), lam)
-        module = module_at(model, arch.down(layer))
-        weight = linear_weight(module, arch.conv1d)
+        update = closed_form_update(keys.t(), resid.t(), covs[layer].to(ectx.device), lam)
+        weight = ectx.view.weight(ectx.down(layer))  # (out, in) whatever the storage (GPT-2's Conv1D)
         if not torch.isfinite(update).all():
             raise RunError(f"MEMIT update of layer {layer} has NaN/Inf entries", "raise mom2_update_weight")
-        set_linear_weight(module, (weight.double() + update).to(weight.dtype), arch.conv1d)
+        ectx.view.set_weight(ectx.down(layer), (weight.double() + update).to(weight.dtype))
         norms[layer] = float(update.norm())
     return norms
 

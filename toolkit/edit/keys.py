@@ -1,5 +1,5 @@
-"""MEMIT's model plumbing and keys: where the blocks live (Arch), prompt rows with the subject position, subject-token
-states and the keys k (mean of per-context-type means, as the official compute_ks).
+"""MEMIT's keys: prompt rows with the subject position, subject-token states and the keys k (mean of per-context-type
+means, as the official compute_ks). Where the blocks live comes from the EditContext's ModelView.
 """
 
 from __future__ import annotations
@@ -8,40 +8,12 @@ import logging
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from toolkit.core.errors import BadInputError
+from toolkit.edit.context import EditContext
 from toolkit.edit.facts import SLOT, EditRequest
-from toolkit.models.tokens import pad_id  # noqa: F401 - re-exported for the edit modules
 
 log = logging.getLogger("iclrkit.edit")
-
-
-@dataclass
-class Arch:
-    """Where things live in this model (from the core arch adapter)."""
-
-    layers_path: str
-    layers: nn.ModuleList
-    down_template: str  # "{layers_path}.{i}.{mlp_down}"
-    conv1d: bool
-    lm_head: nn.Module
-    base: nn.Module  # the module that owns the block list and the final norm
-
-    @classmethod
-    def of(cls, model: nn.Module) -> Arch:
-        from toolkit.models.adapters import ModelView, get_module
-
-        view = ModelView(model)
-        path = view.layers_path
-        return cls(layers_path=path, layers=view.blocks, down_template=f"{path}.{{}}.{view.adapter.mlp_down}",
-                   conv1d=view.conv1d, lm_head=view.lm_head, base=get_module(model, path.rsplit(".", 1)[0]))
-
-    def down(self, layer: int) -> str:
-        return self.down_template.format(layer)
-
-    def block(self, layer: int) -> str:
-        return f"{self.layers_path}.{layer}"
 
 
 def default_layers(n_layers: int) -> list[int]:
@@ -116,19 +88,20 @@ def at_subject(values: torch.Tensor, rows: list[Row]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def subject_states(model, arch: Arch, tokenizer, rows: list[Row], paths: list[str], what: str, batch: int,
-                   device) -> dict[str, torch.Tensor]:
+def subject_states(ectx: EditContext, rows: list[Row], paths: list[str], what: str) -> dict[str, torch.Tensor]:
     """Each path's input or output at the subject's last token of every row: {path: (n_rows, d)}."""
     from toolkit.nn.hooks import capture
 
     out: dict[str, list[torch.Tensor]] = {p: [] for p in paths}
-    for start in range(0, len(rows), batch):
-        chunk = rows[start:start + batch]
-        ids, mask = pad_rows(chunk, pad_id(tokenizer), device)
-        with capture(model, paths, what=what) as records:
-            model(input_ids=ids, attention_mask=mask)
+    for start in range(0, len(rows), ectx.batch):
+        chunk = rows[start:start + ectx.batch]
+        ids, mask = pad_rows(chunk, ectx.pad, ectx.device)
+        with capture(ectx.model, paths, what=what) as records:
+            ectx.model(input_ids=ids, attention_mask=mask)
         for path in paths:
-            out[path].append(at_subject(records[path][0].float(), chunk))
+            # OPT flattens the tokens to (B·T, d) before its MLP: back to (B, T, d)
+            values = records[path][0].float().reshape(ids.shape[0], ids.shape[1], -1)
+            out[path].append(at_subject(values, chunk))
     return {p: torch.cat(v) for p, v in out.items()}
 
 
@@ -141,18 +114,19 @@ def context_type_weights(templates: list[str]) -> list[float]:
     return [1.0 / (len(types) * (sum(bare) if b else len(templates) - sum(bare))) for b in bare]
 
 
-def compute_keys(model, arch: Arch, tokenizer, requests, templates, layers, batch, device) -> dict[int, torch.Tensor]:
+def compute_keys(ectx: EditContext, requests: list[EditRequest], layers: list[int]) -> dict[int, torch.Tensor]:
     """k at each layer: the down-projection input at the subject's last token, the mean over context types of the
-    mean over that type's templates (context_type_weights)."""
-    rows = prompt_rows(tokenizer, requests, templates, with_target=False)
-    states = subject_states(model, arch, tokenizer, rows, [arch.down(l) for l in layers], "input", batch, device)
+    mean over that type's templates (ectx.templates, weighted by context_type_weights)."""
+    templates, device = ectx.templates, ectx.device
+    rows = prompt_rows(ectx.tokenizer, requests, templates, with_target=False)
+    states = subject_states(ectx, rows, [ectx.down(l) for l in layers], "input")
     weights = torch.tensor(context_type_weights(templates) * len(requests), device=device)[:, None]
     index = torch.tensor([r.request for r in rows], device=device)
-    return {l: torch.zeros(len(requests), states[arch.down(l)].shape[-1], device=device).index_add_(
-        0, index, weights * states[arch.down(l)]) for l in layers}
+    return {l: torch.zeros(len(requests), states[ectx.down(l)].shape[-1], device=device).index_add_(
+        0, index, weights * states[ectx.down(l)]) for l in layers}
 
 
-def block_outputs(model, arch: Arch, tokenizer, requests, layer: int, batch: int, device) -> torch.Tensor:
+def block_outputs(ectx: EditContext, requests: list[EditRequest], layer: int) -> torch.Tensor:
     """h: the output of block `layer` at the subject's last token of the bare prompt, (n, d)."""
-    rows = prompt_rows(tokenizer, requests, [""], with_target=False)
-    return subject_states(model, arch, tokenizer, rows, [arch.block(layer)], "output", batch, device)[arch.block(layer)]
+    rows = prompt_rows(ectx.tokenizer, requests, [""], with_target=False)
+    return subject_states(ectx, rows, [ectx.block(layer)], "output")[ectx.block(layer)]

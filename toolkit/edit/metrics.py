@@ -37,7 +37,7 @@ def ngram_entropy(text: str, ns=(2, 3), weights=(2 / 3, 4 / 3)) -> float:
 @torch.no_grad()
 def score_answers(model, tokenizer, pairs: list[tuple[str, str]], batch: int, device) -> list[dict]:
     """For each (prompt, answer): strict (all argmax tokens right), token accuracy, mean answer log-prob."""
-    from toolkit.edit.keys import pad_id
+    from toolkit.models.tokens import pad_id
 
     encoded = []
     for prompt, answer in pairs:
@@ -72,7 +72,7 @@ def _mean(values) -> float:
 
 @torch.no_grad()
 def fluency(model, tokenizer, prompts: list[str], max_new_tokens: int, device) -> float:
-    from toolkit.edit.keys import pad_id
+    from toolkit.models.tokens import pad_id
 
     entropies = []
     for prompt in prompts:

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from toolkit.edit.config import MemitConfig
+from toolkit.edit.context import EditContext
 from toolkit.edit.facts import SLOT, EditRequest
-from toolkit.edit.keys import Arch, Row, pad_id, pad_rows, prompt_rows
+from toolkit.edit.keys import Row, pad_rows, prompt_rows
 from toolkit.edit.solve import MaskedAdam, project_norm
 
 log = logging.getLogger("iclrkit.edit")
@@ -43,15 +44,15 @@ class _CachedBlocks(nn.Module):
 
 
 @contextlib.contextmanager
-def upper_blocks_only(arch: Arch, stub: nn.Module, last_edit_layer: int):
+def upper_blocks_only(ectx: EditContext, stub: nn.Module, last_edit_layer: int):
     """Temporarily replace blocks 0..L by `stub`, so a forward runs only blocks L+1.. on the cached states."""
-    name = arch.layers_path.rpartition(".")[2]
-    original = getattr(arch.base, name)
-    setattr(arch.base, name, nn.ModuleList([stub, *list(original)[last_edit_layer + 1:]]))
+    base, name = ectx.base, ectx.blocks_name
+    original = getattr(base, name)
+    setattr(base, name, nn.ModuleList([stub, *list(original)[last_edit_layer + 1:]]))
     try:
         yield
     finally:
-        setattr(arch.base, name, original)
+        setattr(base, name, original)
 
 
 class ValueAlignment(Protocol):
@@ -62,11 +63,10 @@ class ValueAlignment(Protocol):
     def record(self, delta: torch.Tensor, span: range) -> None: ...
 
 
-def optimise_values(model, arch: Arch, tokenizer, requests: list[EditRequest], templates: list[str],
-                    keys_z: torch.Tensor, config: MemitConfig, layer: int, device,
-                    alignment: ValueAlignment | None = None, progress=None
+def optimise_values(ectx: EditContext, requests: list[EditRequest], keys_z: torch.Tensor, config: MemitConfig,
+                    layer: int, alignment: ValueAlignment | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """δ for every request; returns (δ, h, final target NLL): (n, d), (n, d), (n,).
+    """δ for every request (prompts under ectx.templates); returns (δ, h, final target NLL): (n, d), (n, d), (n,).
 
     Without an alignment, chunks of config.opt_batch requests are optimised together: each row is its own problem
     (MaskedAdam, per-request early stop), so a chunk gives the δ each request gets alone. With an alignment
@@ -75,11 +75,11 @@ def optimise_values(model, arch: Arch, tokenizer, requests: list[EditRequest], t
     deltas, inits, nlls = [], [], []
     size = 1 if alignment else config.opt_batch
     chunks = range(0, len(requests), size)
-    for start in (progress(chunks, description="values") if progress else chunks):
+    for start in (ectx.progress(chunks, description="values") if ectx.progress else chunks):
         span = range(start, min(start + size, len(requests)))
         extra = (lambda d, s=span: alignment.loss(d, s)) if alignment else None
-        delta, init, nll = _optimise_chunk(model, arch, tokenizer, [requests[i] for i in span], templates,
-                                           keys_z[span.start:span.stop], config, layer, device, extra)
+        delta, init, nll = _optimise_chunk(ectx, [requests[i] for i in span], keys_z[span.start:span.stop],
+                                           config, layer, extra)
         if alignment:
             alignment.record(delta, span)
         deltas.append(delta)
@@ -104,17 +104,17 @@ class _SuffixRunner:
     step (δ enters at the subject), so their keys and values come from one cached forward of the unedited model;
     rows sit left-padded in that cache and carry their own positions."""
 
-    def __init__(self, model, arch: Arch, rows: list[Row], layer: int, pad: int, device):
+    def __init__(self, ectx: EditContext, rows: list[Row], layer: int):
         from toolkit.models.adapters import cache_kwarg
 
-        self.arch, self.pad, self.device = arch, pad, device
+        self.ectx, self.pad, self.device = ectx, ectx.pad, ectx.device
         starts = [r.subject_index for r in rows]
         self.rows = [Row(ids=r.ids[p:], subject_index=0, request=r.request, target_start=r.target_start - p,
                          targets=r.targets) for r, p in zip(rows, starts)]
-        self.starts = torch.tensor(starts, device=device)
-        self.cache_name = cache_kwarg(arch.base)
+        self.starts = torch.tensor(starts, device=self.device)
+        self.cache_name = cache_kwarg(ectx.base)
         self.prefix_mask, self.prefix_cache = self._encode_prefixes(rows, starts)
-        self.stub = _CachedBlocks(self._block_outputs(model, layer), self.rows)
+        self.stub = _CachedBlocks(self._block_outputs(layer), self.rows)
         self.selected: dict[tuple[int, ...], object] = {}
 
     @torch.no_grad()
@@ -130,18 +130,18 @@ class _SuffixRunner:
         positions = (torch.arange(width, device=self.device)[None] - (width - self.starts)[:, None]).clamp_min(0)
         # a row without prefix attends to its padding here, never later: a query with no key could give NaN
         attend = torch.where(mask.sum(1, keepdim=True) == 0, torch.ones_like(mask), mask)
-        out = self.arch.base(input_ids=ids, attention_mask=attend, position_ids=positions, use_cache=True)
+        out = self.ectx.base(input_ids=ids, attention_mask=attend, position_ids=positions, use_cache=True)
         return mask, getattr(out, self.cache_name)
 
     @torch.no_grad()
-    def _block_outputs(self, model, layer: int) -> torch.Tensor:
+    def _block_outputs(self, layer: int) -> torch.Tensor:
         """Block L's output on every suffix token of the unedited model (what the stub feeds blocks L+1..)."""
         from toolkit.nn.hooks import capture
 
         everything = list(range(len(self.rows)))
-        with capture(model, [self.arch.block(layer)], what="output") as records:
-            self.arch.base(**self._inputs(everything, copy.deepcopy(self.prefix_cache)))
-        return records[self.arch.block(layer)][0].float()
+        with capture(self.ectx.model, [self.ectx.block(layer)], what="output") as records:
+            self.ectx.base(**self._inputs(everything, copy.deepcopy(self.prefix_cache)))
+        return records[self.ectx.block(layer)][0].float()
 
     def subject_states(self, picked: list[int]) -> torch.Tensor:
         """Block L's output at the subject's last token of the picked rows, before any δ."""
@@ -169,10 +169,10 @@ class _SuffixRunner:
         """(len(picked), width, d): the last hidden states of the picked rows' suffixes, padded to their longest."""
         inputs = self._inputs(picked, self._cache_of(picked))
         self.stub.select(picked, inputs["input_ids"].shape[1])
-        return self.arch.base(**inputs).last_hidden_state
+        return self.ectx.base(**inputs).last_hidden_state
 
 
-def _target_nll(arch, last: torch.Tensor, rows: list[Row], picked: list[int], n: int,
+def _target_nll(lm_head: nn.Module, last: torch.Tensor, rows: list[Row], picked: list[int], n: int,
                 prompts_per_request: torch.Tensor) -> torch.Tensor:
     """Per request: the mean over its prompts of the mean target-token NLL (0 for requests without picked rows)."""
     where, labels, owners, weights = [], [], [], []
@@ -185,19 +185,20 @@ def _target_nll(arch, last: torch.Tensor, rows: list[Row], picked: list[int], n:
             weights.append(1.0 / len(row.targets))
     device = last.device
     at = torch.tensor(where, device=device)
-    logp = torch.log_softmax(arch.lm_head(last[at[:, 0], at[:, 1]]).float(), dim=-1)
+    logp = torch.log_softmax(lm_head(last[at[:, 0], at[:, 1]]).float(), dim=-1)
     token_nll = -logp.gather(1, torch.tensor(labels, device=device)[:, None]).squeeze(1)
     token_nll = token_nll * torch.tensor(weights, device=device)
     owner = torch.tensor(owners, device=device)
     return torch.zeros(n, device=device).index_add(0, owner, token_nll) / prompts_per_request
 
 
-def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config, layer, device, alignment):
+def _optimise_chunk(ectx: EditContext, requests, keys_z, config, layer, alignment):
+    tokenizer, templates, device, lm_head = ectx.tokenizer, ectx.templates, ectx.device, ectx.lm_head
     rows = prompt_rows(tokenizer, requests, templates, with_target=True)
     essence = [EditRequest(prompt=SLOT + " is a", subject=r.subject, target_new=r.target_new, record_id=r.record_id)
                for r in requests]
     essence_rows = prompt_rows(tokenizer, essence, [""], with_target=False)
-    runner = _SuffixRunner(model, arch, rows + essence_rows, layer, pad_id(tokenizer), device)
+    runner = _SuffixRunner(ectx, rows + essence_rows, layer)
     suffixes = runner.rows
     h_init = runner.subject_states([i for i in range(len(rows)) if i % len(templates) == 0])  # template ""
 
@@ -213,8 +214,8 @@ def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config,
     adam = MaskedAdam(delta.shape, config.v_lr, device=device)
     active = torch.ones(n, dtype=torch.bool, device=device)
     nll = torch.zeros(n, device=device)
-    kl_init = torch.zeros(n, arch.lm_head.weight.shape[0], device=device)  # essence log-probs before the edit
-    with upper_blocks_only(arch, runner.stub, layer):
+    kl_init = torch.zeros(n, lm_head.weight.shape[0], device=device)  # essence log-probs before the edit
+    with upper_blocks_only(ectx, runner.stub, layer):
         for step in range(config.v_num_grad_steps):
             live = active.nonzero().flatten()
             delta.requires_grad_(True)
@@ -222,13 +223,13 @@ def _optimise_chunk(model, arch, tokenizer, requests, templates, keys_z, config,
             step_nll = torch.zeros(n, device=device)
             for group in length_groups(suffixes, [i for i, r in enumerate(rows) if active[r.request]]):
                 last = runner.forward(group)
-                step_nll = step_nll + _target_nll(arch, last, suffixes, group, n, prompts_per_request)
+                step_nll = step_nll + _target_nll(lm_head, last, suffixes, group, n, prompts_per_request)
             kl = torch.zeros(n, device=device)
             for group in length_groups(suffixes, [len(rows) + int(q) for q in live]):
                 last = runner.forward(group)
                 ends = torch.tensor([len(suffixes[i].ids) - 1 for i in group], device=device)
                 owner = torch.tensor([suffixes[i].request for i in group], device=device)
-                ess = torch.log_softmax(arch.lm_head(last[torch.arange(len(group)), ends]).float(), dim=-1)
+                ess = torch.log_softmax(lm_head(last[torch.arange(len(group)), ends]).float(), dim=-1)
                 if step == 0:
                     kl_init[owner] = ess.detach()
                 kl = kl.index_add(0, owner, (ess.exp() * (ess - kl_init[owner])).sum(-1))  # KL(now ‖ start)

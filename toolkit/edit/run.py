@@ -1,4 +1,4 @@
-"""MEMIT: mass-editing memory in a transformer (Meng et al., ICLR 2023), the core EAMET builds on.
+"""The run every edit method shares: MEMIT's pipeline (Meng et al., ICLR 2023), with the method's value strategy.
 
 Paper: https://arxiv.org/abs/2210.07229 · official code: https://github.com/kmeng01/memit
 
@@ -8,60 +8,71 @@ makes the model say o; then, layer by layer, ΔW = resid · Kᵀ (λC + K Kᵀ)�
 resid = (Z − H_cur) / (layers left). Speed: the δ of many requests are optimised together, and each step runs
 only the blocks above the last edit layer on that layer's cached output, only from each subject's last token on (the
 tokens before it come from a KV cache), and only for the requests still optimising.
+
+The method is the one `config.method` names in the "edit" registry (toolkit/edit/methods/): its registered
+function gives the extra loss on δ (EAMET's embedding alignment) or None (MEMIT). The run record is run.json (the
+runner writes it from ctx.metrics/ctx.baselines); this module writes results.jsonl, values.safetensors and the
+edited model.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import time
 
 import torch
 
 from toolkit.core.errors import BadInputError
+from toolkit.core.registry import registry
 from toolkit.edit.config import MemitConfig
+from toolkit.edit.context import EditContext
 from toolkit.edit.covariance import context_templates, key_covariance, model_fingerprint, stats_dir
 from toolkit.edit.insert import insert, insertion_reach
-from toolkit.edit.keys import Arch, block_outputs, check_layers, compute_keys, default_layers, target_ids
+from toolkit.edit.keys import block_outputs, check_layers, compute_keys, default_layers, target_ids
 from toolkit.edit.value_cache import FILE_NAME as VALUES_FILE
 from toolkit.edit.value_cache import facts_digest, load_values, save_values
 from toolkit.edit.values import optimise_values
 
 log = logging.getLogger("iclrkit.edit")
 
-PAPER = "https://arxiv.org/abs/2210.07229"
+
+def method_of(config: MemitConfig):
+    """The registered edit method `config.method` names; its config class must be the method's own."""
+    entry = registry("edit").get(config.method)
+    if entry.config is not None and not isinstance(config, entry.config):
+        raise BadInputError(f"edit method '{entry.name}' needs a {entry.config.__name__}, got "
+                            f"{type(config).__name__}")
+    return entry
 
 
-def run_memit(config: MemitConfig, ctx) -> dict:
-    return run_editing(config, ctx, technique="edit.memit", paper=PAPER, alignment_factory=None)
-
-
-def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> dict:
-    """Shared glue of MEMIT and EAMET: load, covariance, (batched) edits, metrics, saved model."""
-    import time
-
+def run(config: MemitConfig, ctx) -> dict:
+    """Load, covariance, (batched) edits with the method's value strategy, metrics, saved model."""
     from toolkit.data.text import load_text
     from toolkit.edit.facts import load_facts
     from toolkit.edit.metrics import alignment_spearman, evaluate, write_per_record
     from toolkit.models.source import load_model
 
+    method = method_of(config)
+    technique = f"edit.{method.name}"
     facts = load_facts(config.data, config.n_edits)
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     model.eval()
     for param in model.parameters():
         param.requires_grad_(False)
-    arch = Arch.of(model)
-    layers = check_layers(config.layers if config.layers is not None else default_layers(len(arch.layers)),
-                          len(arch.layers))
+    ectx = EditContext.of(model, tokenizer, ctx.device, batch=config.eval_batch, progress=ctx.progress)
+    layers = check_layers(config.layers if config.layers is not None else default_layers(ectx.n_layers),
+                          ectx.n_layers)
     for request in facts:  # fail on bad records before any expensive work
         target_ids(tokenizer, request.target_new, request.record_id)
     ctx.inputs.update({"model": config.model, "data": config.data})
     device = ctx.device
     clock = time.perf_counter()
     ctx.record_cache("edit-stats", stats_dir(config.stats_dir))  # written outside --out: named in run.json
-    covs = key_covariance(model, arch, tokenizer, layers, load_text(config.cov_data), config.cov_tokens,
-                          config.cov_seqlen, stats_dir(config.stats_dir), device, ctx.progress)
+    covs = key_covariance(ectx, layers, load_text(config.cov_data), config.cov_tokens, config.cov_seqlen,
+                          stats_dir(config.stats_dir))
     cov_seconds = time.perf_counter() - clock
-    templates = context_templates(model, tokenizer, config.context_prefixes, config.prefix_tokens, device)
+    templates = context_templates(ectx, config.context_prefixes, config.prefix_tokens)
+    ectx = ectx.with_templates(templates)
     before, after = [], []  # per-record scores -> results.jsonl
     if config.eval_before:
         ctx.baselines["unedited"] = evaluate(model, tokenizer, facts, config, device, ctx.progress, per_record=before)
@@ -77,7 +88,7 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
         saved = load_values(config.values, identity)
         ctx.inputs["values"] = config.values
     all_keys, all_deltas, all_h, all_nll, all_reach, per_batch = [], [], [], [], [], []
-    alignment = alignment_factory() if alignment_factory and saved is None else None
+    alignment = method.obj(config) if saved is None else None  # the method's extra loss on δ (None: MEMIT's)
     for start in range(0, len(facts), batch):
         clock = time.perf_counter()
         chunk = facts[start:start + batch]
@@ -85,16 +96,13 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
             span = slice(start, start + len(chunk))
             keys_z, delta, h, nll = (saved[name][span].to(device) for name in ("keys_z", "delta", "h", "nll"))
         else:
-            keys_z = compute_keys(model, arch, tokenizer, chunk, templates, [layers[-1]], config.eval_batch,
-                                  device)[layers[-1]]
+            keys_z = compute_keys(ectx, chunk, [layers[-1]])[layers[-1]]
             if alignment:
                 alignment.begin_batch(keys_z)
-            delta, h, nll = optimise_values(model, arch, tokenizer, chunk, templates, keys_z, config, layers[-1],
-                                            device, alignment, ctx.progress)
-        norms = insert(model, arch, tokenizer, chunk, templates, h + delta, layers, covs,
-                       config.mom2_update_weight, config.eval_batch, device)
+            delta, h, nll = optimise_values(ectx, chunk, keys_z, config, layers[-1], alignment)
+        norms = insert(ectx, chunk, h + delta, layers, covs, config.mom2_update_weight)
         edit_seconds += time.perf_counter() - clock
-        reached = block_outputs(model, arch, tokenizer, chunk, layers[-1], config.eval_batch, device)
+        reached = block_outputs(ectx, chunk, layers[-1])
         all_reach.append(insertion_reach(reached, h, delta))
         all_nll.append(nll)
         all_keys.append(keys_z)
@@ -121,19 +129,21 @@ def run_editing(config, ctx, technique: str, paper: str, alignment_factory) -> d
                     "covariance_seconds": round(cov_seconds, 2)})
     if per_batch:
         metrics["batches"] = per_batch
-    ctx.metrics.update(metrics)
+    ctx.metrics.update(metrics)  # the run record: the runner writes it to run.json
     if config.save_model:
         from toolkit.models.save import save_model
 
-        save_model(model, tokenizer, ctx.path("model"), technique=technique, source=config.model, paper=paper,
+        save_model(model, tokenizer, ctx.path("model"), technique=technique, source=config.model,
+                   paper=method.meta.get("paper", ""),
                    metadata={"technique": technique, "layers": layers, "n_edits": len(facts)})
-    (ctx.path("metrics.json")).write_text(json.dumps(metrics, indent=2))
     return metrics
 
 
 def plan(config: MemitConfig, ctx) -> dict:
     from toolkit.edit.facts import load_facts
 
+    method = method_of(config)
     facts = load_facts(config.data, config.n_edits)
-    return {"n_edits": len(facts), "layers": config.layers or "default ([3,4] with >= 8 blocks)",
+    return {"method": method.name, "n_edits": len(facts),
+            "layers": config.layers or "default ([3,4] with >= 8 blocks)",
             "batch_size": config.batch_size or len(facts), "stats_dir": str(stats_dir(config.stats_dir))}
