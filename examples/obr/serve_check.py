@@ -16,7 +16,7 @@ same limit, tasks and new tokens are kept (--fresh recomputes). examples/obr/col
 Nothing else is written under OUT (exports and lm-eval outputs go to --work, a temporary folder by default).
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python examples/obr/serve_check.py              # runs/repro-obr
-    .venv/bin/python examples/obr/serve_check.py --out runs/repro-obr --setting smollm2-135m/w4a16-s50 --limit 150
+    .venv/bin/python examples/obr/serve_check.py --out runs/repro-obr --setting smollm2-135m/w4a16-s50 --limit 300
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--setting", default="smollm2-135m/w4a16-s50", help="MODEL/SETTING folder under --out")
     parser.add_argument("--methods", help="comma-separated method folders (default: every one with a packed/)")
     parser.add_argument("--tasks", default=DEFAULT_TASKS)
-    parser.add_argument("--limit", type=int, default=150, help="documents per task (default 150)")
+    parser.add_argument("--limit", type=int, default=300, help="documents per task (default 300)")
     parser.add_argument("--include-path", default=str(ROOT / "examples" / "lmeval" / "tasks"))
     parser.add_argument("--data-root", default=os.environ.get("ICLRKIT_DATA", str(ROOT.parent / "shared" / "data")))
     parser.add_argument("--new-tokens", type=int, default=16)
