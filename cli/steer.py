@@ -36,7 +36,7 @@ config_command(
     common=COMMON, inputs=lambda f: {"data": f["data"]})
 
 config_command(
-    app, "sweep", config=SweepConfig, run="toolkit.steer.run:run_sweep", technique="steer.sweep",
+    app, "sweep", config=SweepConfig, run="toolkit.steer.sweep:run_sweep", technique="steer.sweep",
     help="Method x layer x alpha grid: category probability drop (lexicon + MiniLM classifier), neutral KL, "
          "neutral perplexity ratio, split-half cosine; results.json + sweep.png.",
     epilog="Examples: iclrkit steer sweep -m zoo:smollm2-135m -d pairs.jsonl --prompts prompts.jsonl "

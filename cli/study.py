@@ -8,7 +8,7 @@ import typer
 
 from cli._fields import config_command
 from toolkit.study.benign_overfit import BenignOverfitConfig
-from toolkit.study.cot import CotConfig
+from toolkit.study.cot_config import CotConfig
 
 app = typer.Typer(no_args_is_help=True, help="Research studies as experiments (JSON + PNG in --out).")
 

@@ -60,14 +60,8 @@ def _random_24(n: int, k: int, generator: torch.Generator) -> torch.Tensor:
 def int4_rows(device: str | torch.device, shapes=INT4_SHAPES, ms=INT4_MS, dtype: torch.dtype | None = None,
               iters: int = 20, seed: int = 0) -> list[dict]:
     """One row per (kernel, n, k, m): ms and the speed-up over the dense 16-bit linear (`dense_ms`)."""
-    from toolkit.ops.int4 import (
-        int4_gemm,
-        pack_24,
-        pack_dense,
-        quantize_activations,
-        w4a16_gemm,
-        w4a16_layout,
-    )
+    from toolkit.ops.int4 import int4_gemm, pack_24, pack_dense, quantize_activations
+    from toolkit.ops.w4a16 import w4a16_gemm, w4a16_layout
 
     device = torch.device(device)
     dtype = dtype or (torch.float16 if device.type == "cuda" else torch.float32)

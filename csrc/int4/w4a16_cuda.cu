@@ -5,7 +5,7 @@
 // Why: H100/H200 list no INT4 Tensor Core rate, and decode (m = 1..16) is bound by reading the weights; 4-bit
 // weights read 4x fewer bytes than FP16.
 //
-// Weight layout (toolkit.ops.int4.w4a16_layout, prepared once at load; Marlin-style: every lane loads exactly its
+// Weight layout (toolkit.ops.w4a16.w4a16_layout, prepared once at load; Marlin-style: every lane loads exactly its
 // own MMA fragments): int32 [N/16, K/64, 32, 4]. Word (i, j, lane, r) holds the A fragment of lane `lane` for the
 // 16x16 tile of output channels 16i.. and columns 16(4j+r)..: with g = lane/4, t = lane%4, register q (0..3) of the
 // m16n8k16 A fragment covers row g + 8(q&1), columns 2t + 8(q>>1) and +1; its two codes (+8, unsigned) sit at

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from toolkit.segment import kernels
+from toolkit.segment import kernels, prepack
 
 
 @pytest.mark.parametrize("n, cin, out_ch, h, w, stride, pad", [(1, 3, 5, 7, 9, 1, 1), (3, 130, 70, 9, 8, 2, 1),
@@ -48,21 +48,21 @@ def test_cuda_prepack_once_then_many_calls_match_reference(n, cin, out_ch, h, w,
     flip = torch.rand(out_ch, generator=g) < 0.5
     sums = F.conv2d(act.double(), q.double(), stride=stride, padding=pad).round().int().permute(0, 2, 3, 1)
     want_bits = kernels.pack_bool(kernels.threshold_bits(sums, threshold, flip))
-    weights = kernels.ternary_prepack(pos.cuda(), neg.cuda(), threshold.cuda(), flip.cuda())
+    weights = prepack.ternary_prepack(pos.cuda(), neg.cuda(), threshold.cuda(), flip.cuda())
     assert weights.pos.is_cuda and weights.pos.dtype == torch.int32 and weights.pos.dim() == 5
     back = weights.planes()
     assert all(torch.equal(a.cpu(), b) for a, b in zip(back, (pos, neg, threshold, flip)))
     with FakeTensorMode() as mode:
-        fake = kernels.ternary_prepack(*(mode.from_tensor(t.cuda()) for t in (pos, neg, threshold, flip)))
+        fake = prepack.ternary_prepack(*(mode.from_tensor(t.cuda()) for t in (pos, neg, threshold, flip)))
     for name in ("pos", "neg", "tap_c", "threshold", "flip"):
         real_t, fake_t = getattr(weights, name), getattr(fake, name)
         assert real_t.shape == fake_t.shape and real_t.dtype == fake_t.dtype, name
     before = [t.clone() for t in (weights.pos, weights.neg, weights.tap_c)]
     bits = kernels.pack_sign_reference(act).cuda()
     for _ in range(3):
-        got = kernels.ternary_conv2d_prepacked(bits, weights, stride, pad, not ternary)
+        got = prepack.ternary_conv2d_prepacked(bits, weights, stride, pad, not ternary)
         assert torch.equal(got.cpu(), sums.contiguous())
-        packed = kernels.ternary_conv2d_sign_prepacked(bits, weights, stride, pad, not ternary)
+        packed = prepack.ternary_conv2d_sign_prepacked(bits, weights, stride, pad, not ternary)
         assert torch.equal(packed.cpu(), want_bits)
     assert all(torch.equal(a, b) for a, b in zip(before, (weights.pos, weights.neg, weights.tap_c)))
 

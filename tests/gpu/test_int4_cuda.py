@@ -6,16 +6,15 @@ import pytest
 import torch
 
 from toolkit.ops.int4 import (
-    PackedInt4Linear,
     int4_gemm,
     int4_gemm_reference,
     pack_24,
     pack_dense,
     quantize_activations,
     s4_layout,
-    w4a16_gemm,
-    w4a16_layout,
 )
+from toolkit.ops.packed_linear import PackedInt4Linear
+from toolkit.ops.w4a16 import w4a16_gemm, w4a16_layout
 
 SHAPES = [(1, 8, 64), (1, 16, 128), (16, 8, 64), (5, 13, 100), (33, 40, 320), (9, 11, 516), (64, 256, 4096)]
 

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from toolkit.study.cot import (
-    CotConfig,
     Vocab,
     bridge_ranks,
     build_model,
@@ -14,6 +13,7 @@ from toolkit.study.cot import (
     to_batch,
     train_one,
 )
+from toolkit.study.cot_config import CotConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

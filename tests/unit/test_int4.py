@@ -9,7 +9,6 @@ from toolkit.compress.packed_int4 import codes_from_packed
 from toolkit.core.errors import BadInputError
 from toolkit.ops import has_op
 from toolkit.ops.int4 import (
-    PackedInt4Linear,
     int4_gemm,
     int4_gemm_reference,
     is_24_sparse,
@@ -20,10 +19,9 @@ from toolkit.ops.int4 import (
     s4_layout,
     to_kernel_layout,
     unpack_kernel_codes,
-    w4a16_gemm,
-    w4a16_layout,
-    w4a16_unpack,
 )
+from toolkit.ops.packed_linear import PackedInt4Linear
+from toolkit.ops.w4a16 import w4a16_gemm, w4a16_layout, w4a16_unpack
 
 COMPILED = has_op("int4_gemm") and has_op("int4_gemm_24")
 SHAPES = [(1, 1, 1), (3, 5, 7), (5, 9, 130), (7, 13, 257), (1, 4, 128), (33, 6, 384), (4, 8, 64)]
@@ -299,7 +297,8 @@ sys.modules["toolkit._C"] = None  # import toolkit._C now raises ImportError
 import torch
 from toolkit.ops import compiled_ops, has_op, load_extension
 from toolkit.ops.hadamard import fwht, fwht_reference
-from toolkit.ops.int4 import PackedInt4Linear, int4_gemm, pack_24, quantize_activations
+from toolkit.ops.int4 import int4_gemm, pack_24, quantize_activations
+from toolkit.ops.packed_linear import PackedInt4Linear
 from toolkit.segment import kernels
 assert load_extension()[0] is False and compiled_ops() == [] and not has_op("int4_gemm")
 g = torch.Generator().manual_seed(0)

@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from toolkit.ops import has_op
 from toolkit.ops.registry import has_kernel
-from toolkit.segment import kernels
+from toolkit.segment import kernels, prepack
 
 compiled = pytest.mark.skipif(not has_op("ternary_prepack"), reason="toolkit._C not built with csrc/binary")
 
@@ -40,11 +40,11 @@ def _expected(act, q, stride, pad, threshold, flip):
 
 def _impls():
     impls = [0, 1]
-    probe = kernels.ternary_prepack(torch.zeros(1, 1, 1, 1, dtype=torch.int64), torch.zeros(1, 1, 1, 1,
+    probe = prepack.ternary_prepack(torch.zeros(1, 1, 1, 1, dtype=torch.int64), torch.zeros(1, 1, 1, 1,
                                                                                            dtype=torch.int64))
     for impl in (2, 3):
         try:
-            kernels.ternary_conv2d_prepacked(torch.zeros(1, 1, 1, 1, dtype=torch.int64), probe, impl=impl)
+            prepack.ternary_conv2d_prepacked(torch.zeros(1, 1, 1, 1, dtype=torch.int64), probe, impl=impl)
             impls.append(impl)
         except RuntimeError:
             pass
@@ -57,20 +57,20 @@ def test_compiled_prepack_is_the_reference_layout_bit_for_bit(case):
     n, segments, out_ch, h, w, k, stride, pad = case
     _, _, _, pos, neg, threshold, flip = _case(n, segments, out_ch, h, w, k, True, seed=out_ch)
     got = torch.ops.iclrkit.ternary_prepack(pos, neg, threshold, flip)
-    want = kernels._prepack_reference(pos, neg, threshold, flip)
+    want = prepack._prepack_reference(pos, neg, threshold, flip)
     assert len(got) == len(want) == 5
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
     o_pad = -(-out_ch // 8) * 8
     assert got[0].shape == (k, k, pos.shape[-1], o_pad) and got[4].shape == (o_pad // 8,)
-    assert bool((got[3][out_ch:] == kernels.INT64_MAX).all())  # padding channels can never fire
+    assert bool((got[3][out_ch:] == prepack.INT64_MAX).all())  # padding channels can never fire
 
 
 @pytest.mark.parametrize("case", SHAPES)
 def test_prepack_roundtrips_to_the_planes(case):
     n, segments, out_ch, h, w, k, stride, pad = case
     _, _, _, pos, neg, threshold, flip = _case(n, segments, out_ch, h, w, k, True, seed=3 * out_ch)
-    pos_back, neg_back, thr_back, flip_back = kernels.ternary_prepack(pos, neg, threshold, flip).planes()
+    pos_back, neg_back, thr_back, flip_back = prepack.ternary_prepack(pos, neg, threshold, flip).planes()
     assert torch.equal(pos_back, pos) and torch.equal(neg_back, neg)
     assert torch.equal(thr_back, threshold) and torch.equal(flip_back, flip)
 
@@ -82,14 +82,14 @@ def test_prepack_once_then_many_calls_equal_the_reference(case, ternary):
     n, segments, out_ch, h, w, k, stride, pad = case
     act, q, bits, pos, neg, threshold, flip = _case(n, segments, out_ch, h, w, k, ternary, seed=7 * out_ch + h)
     want_sums, want_bits = _expected(act, q, stride, pad, threshold, flip)
-    weights = kernels.ternary_prepack(pos, neg, threshold, flip)
+    weights = prepack.ternary_prepack(pos, neg, threshold, flip)
     before = [t.clone() for t in (weights.pos, weights.neg, weights.tap_c, weights.threshold, weights.flip)]
     for impl in _impls():
         for one_plane in ([False] if ternary else [False, True]):
             for _ in range(3):
-                sums = kernels.ternary_conv2d_prepacked(bits, weights, stride, pad, one_plane, impl)
+                sums = prepack.ternary_conv2d_prepacked(bits, weights, stride, pad, one_plane, impl)
                 assert torch.equal(sums, want_sums), (impl, one_plane)
-                packed = kernels.ternary_conv2d_sign_prepacked(bits, weights, stride, pad, one_plane, impl)
+                packed = prepack.ternary_conv2d_sign_prepacked(bits, weights, stride, pad, one_plane, impl)
                 assert torch.equal(packed, want_bits), (impl, one_plane)
     after = (weights.pos, weights.neg, weights.tap_c, weights.threshold, weights.flip)
     assert all(torch.equal(a, b) for a, b in zip(before, after))  # the calls read the layout, never rewrite it
@@ -105,11 +105,11 @@ def test_reference_prepack_and_prepacked_reference_ops_are_exact(ternary):
         n, segments, out_ch, h, w, k, stride, pad = case
         act, q, bits, pos, neg, threshold, flip = _case(n, segments, out_ch, h, w, k, ternary, seed=out_ch + 1)
         want_sums, want_bits = _expected(act, q, stride, pad, threshold, flip)
-        laid = kernels._prepack_reference(pos, neg, threshold, flip)
+        laid = prepack._prepack_reference(pos, neg, threshold, flip)
         p, nq, tap_c, thr, flp = laid
-        got = kernels._prepacked_op_reference(bits, p, nq, tap_c, out_ch, stride, pad, not ternary, 0)
+        got = prepack._prepacked_op_reference(bits, p, nq, tap_c, out_ch, stride, pad, not ternary, 0)
         assert got.dtype == torch.int32 and torch.equal(got, want_sums)
-        got_bits = kernels._prepacked_sign_op_reference(bits, p, nq, tap_c, thr, flp, out_ch, stride, pad,
+        got_bits = prepack._prepacked_sign_op_reference(bits, p, nq, tap_c, thr, flp, out_ch, stride, pad,
                                                         not ternary, 0)
         assert torch.equal(got_bits, want_bits)
         # the tap constants: popc(pos) - popc(neg) of each tap, straight from the float weights
@@ -132,15 +132,15 @@ def test_reference_reads_the_cuda_layout(case):
     reference conv on that layout is exact: the CUDA prepack's contract, checked without a GPU."""
     n, segments, out_ch, h, w, k, stride, pad = case
     act, q, bits, pos, neg, threshold, flip = _case(n, segments, out_ch, h, w, k, True, seed=out_ch + 5)
-    o_pad = -(-out_ch // kernels.CUDA_CHANNELS) * kernels.CUDA_CHANNELS
+    o_pad = -(-out_ch // prepack.CUDA_CHANNELS) * prepack.CUDA_CHANNELS
     p, nq = _bmma_layout(pos, o_pad), _bmma_layout(neg, o_pad)
     tap_c = F.pad(q.sum(1).permute(1, 2, 0), (0, o_pad - out_ch)).to(torch.int32)
-    weights = kernels.PrepackedWeights(p, nq, tap_c, threshold, flip, out_ch, pos.shape[-1])
+    weights = prepack.PrepackedWeights(p, nq, tap_c, threshold, flip, out_ch, pos.shape[-1])
     back = weights.planes()
     assert all(torch.equal(a, b) for a, b in zip(back, (pos, neg, threshold, flip)))
     want_sums, want_bits = _expected(act, q, stride, pad, threshold, flip)
-    assert torch.equal(kernels._prepacked_op_reference(bits, p, nq, tap_c, out_ch, stride, pad, False, 0), want_sums)
-    assert torch.equal(kernels._prepacked_sign_op_reference(bits, p, nq, tap_c, threshold, flip, out_ch, stride, pad,
+    assert torch.equal(prepack._prepacked_op_reference(bits, p, nq, tap_c, out_ch, stride, pad, False, 0), want_sums)
+    assert torch.equal(prepack._prepacked_sign_op_reference(bits, p, nq, tap_c, threshold, flip, out_ch, stride, pad,
                                                             False, 0), want_bits)
 
 
@@ -167,7 +167,7 @@ def test_compiled_prepacked_ops_reject_raw_planes():
     tap_c = torch.zeros(3, 3, 8, dtype=torch.int64)
     with pytest.raises(RuntimeError, match="ternary_prepack"):
         torch.ops.iclrkit.ternary_conv2d_prepacked(bits, pos, neg, tap_c, 5, 1, 1, False, 0)
-    weights = kernels.ternary_prepack(pos, neg, threshold, flip)
+    weights = prepack.ternary_prepack(pos, neg, threshold, flip)
     with pytest.raises(RuntimeError, match="ternary_prepack"):
         torch.ops.iclrkit.ternary_conv2d_sign_prepacked(bits, weights.pos, weights.neg, weights.tap_c, threshold,
                                                         flip, 5, 1, 1, False, 0)
@@ -176,15 +176,15 @@ def test_compiled_prepacked_ops_reject_raw_planes():
 def test_fake_impls_propagate_shapes_on_meta():
     pos = torch.empty(70, 3, 3, 2, dtype=torch.int64, device="meta")
     threshold = torch.empty(70, dtype=torch.int64, device="meta")
-    weights = kernels.ternary_prepack(pos, pos, threshold, threshold.bool())
+    weights = prepack.ternary_prepack(pos, pos, threshold, threshold.bool())
     assert weights.pos.device.type == "meta"
     assert weights.pos.shape == (3, 3, 2, 72) and weights.pos.dtype == torch.int64
     assert weights.tap_c.shape == (3, 3, 72) and weights.threshold.shape == (72,)
     assert weights.flip.shape == (9,) and weights.flip.dtype == torch.uint8
     x = torch.empty(2, 9, 7, 2, dtype=torch.int64, device="meta")
-    sums = kernels.ternary_conv2d_prepacked(x, weights, stride=2, padding=1)
+    sums = prepack.ternary_conv2d_prepacked(x, weights, stride=2, padding=1)
     assert sums.shape == (2, 5, 4, 70) and sums.dtype == torch.int32 and sums.device.type == "meta"
-    bits = kernels.ternary_conv2d_sign_prepacked(x, weights, stride=1, padding=1)
+    bits = prepack.ternary_conv2d_sign_prepacked(x, weights, stride=1, padding=1)
     assert bits.shape == (2, 9, 7, 2) and bits.dtype == torch.int64 and bits.device.type == "meta"
 
 
@@ -193,12 +193,12 @@ def test_fake_shapes_match_the_real_ops_under_fake_tensor_mode():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     _, _, bits, pos, neg, threshold, flip = _case(2, [13, 29], 7, 8, 6, 3, True, seed=5)
-    real = kernels.ternary_prepack(pos, neg, threshold, flip)
-    real_out = (kernels.ternary_conv2d_prepacked(bits, real, 2, 1), kernels.ternary_conv2d_sign_prepacked(bits, real))
+    real = prepack.ternary_prepack(pos, neg, threshold, flip)
+    real_out = (prepack.ternary_conv2d_prepacked(bits, real, 2, 1), prepack.ternary_conv2d_sign_prepacked(bits, real))
     with FakeTensorMode() as mode:
-        fake = kernels.ternary_prepack(*(mode.from_tensor(t) for t in (pos, neg, threshold, flip)))
+        fake = prepack.ternary_prepack(*(mode.from_tensor(t) for t in (pos, neg, threshold, flip)))
         fx = mode.from_tensor(bits)
-        fake_out = (kernels.ternary_conv2d_prepacked(fx, fake, 2, 1), kernels.ternary_conv2d_sign_prepacked(fx, fake))
+        fake_out = (prepack.ternary_conv2d_prepacked(fx, fake, 2, 1), prepack.ternary_conv2d_sign_prepacked(fx, fake))
     for name in ("pos", "neg", "tap_c", "threshold", "flip"):
         a, b = getattr(real, name), getattr(fake, name)
         assert a.shape == b.shape and a.dtype == b.dtype, name

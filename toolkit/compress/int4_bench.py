@@ -13,7 +13,8 @@ from pydantic import Field, field_validator
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError
-from toolkit.ops.int4 import PackedInt4Linear, pack_24, pack_dense
+from toolkit.ops.int4 import pack_24, pack_dense
+from toolkit.ops.packed_linear import PackedInt4Linear
 
 
 def best_of_interleaved(contestants: dict, repeats: int, warmup: int = 2) -> dict[str, float]:

@@ -1,5 +1,5 @@
 """Packed `compress obr` outputs on the INT4 kernels: the stored codes of one linear, and a packed directory loaded as
-a model whose quantized linears are toolkit.ops.int4.PackedInt4Linear. Lives in compress (it reads compress's file
+a model whose quantized linears are toolkit.ops.packed_linear.PackedInt4Linear. Lives in compress (it reads compress's file
 format) so the kernel layer (toolkit.ops) imports no technique."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from toolkit.core.errors import BadInputError
-from toolkit.ops.int4 import PackedInt4Linear
+from toolkit.ops.packed_linear import PackedInt4Linear
 
 
 def codes_from_packed(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: int) -> torch.Tensor:

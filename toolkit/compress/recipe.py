@@ -1,6 +1,6 @@
 """The shared compression recipe: load → (rotate) → calibrate layer by layer with sequential groups
 [q,k,v] → [o] → [gate,up] → [down] → compress each linear with the chosen method → evaluate with fake-quantized
-activations and KV cache → export (dense fake-quant HF model and/or packed INT4 + bitmask)."""
+activations and KV cache → export (dense fake-quant HF model and/or packed INT4 + bitmask: toolkit.compress.outputs)."""
 
 from __future__ import annotations
 
@@ -112,6 +112,7 @@ def plan(config: CompressConfig, ctx) -> dict:
 
 
 def run_compress(config: CompressConfig, ctx) -> dict:
+    from toolkit.compress.outputs import export_outputs
     from toolkit.compress.quant import activation_quant, kv_cache_quant
     from toolkit.models.adapters import ModelView, adapter_for, get_layers
     from toolkit.models.source import load_model
@@ -131,7 +132,8 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     if rotate:
         from toolkit.compress.rotation import rotate_model
 
-        rotation = rotate_model(model, adapter, config.rotation_seed)
+        rotation = rotate_model(model, adapter, config.rotation_seed, online_o_proj=config.a_bits < 16)
+        ctx.metrics["hadamard"] = rotation["hadamard"]  # per rotation: "exact" | "kron-orthogonal"
     scales, kept, g_idx = _compress_all(model, adapter, windows, config, ctx)
     vocab_grids = None
     if config.embed_bits < 16:
@@ -151,13 +153,14 @@ def run_compress(config: CompressConfig, ctx) -> dict:
         ids = tokenize(tokenizer, load_text(config.eval_data))
         attention = [layer.get_submodule(adapter.attn_out.rsplit(".", 1)[0]) for layer in layers]
         with activation_quant(model, block_linears, config.a_bits, config.a_clip_ratio), \
-                kv_cache_quant(model, attention, config.kv_bits, config.kv_bits, hadamard=rotate):
+                kv_cache_quant(model, attention, config.kv_bits, config.kv_bits, hadamard=rotate,
+                               mode=config.kv_quant):
             result = perplexity(model, ids, max_length=min(config.eval_max_length, _context(model, 2048)),
                                 device=ctx.device, max_windows=config.eval_windows, progress=ctx.progress)
         ctx.metrics.update({"ppl": result["ppl"], "eval_tokens": result["tokens"],
                             "eval_simulated": "fake-quant activations/KV on CPU" if config.a_bits < 16
                             or config.kv_bits < 16 else "weights only"})
-    _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids, g_idx)
+    export_outputs(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids, g_idx)
     return ctx.metrics
 
 
@@ -252,46 +255,6 @@ def _solve_group(weights, H, config, dtype) -> list:
             for part, scales in zip(new.split(rows), grid.scales.split(rows))]
 
 
-def _export(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids, g_idx=None) -> None:
-    from toolkit.compress.packed import fp16_size_bytes, save_packed
-
-    ctx.metrics["fp16_mb"] = round(fp16_size_bytes(model) / 1e6, 3)
-    if ctx.out is None or config.export == "none":
-        return
-    metadata = {"method": config.method, "w_bits": config.w_bits, "a_bits": config.a_bits,
-                "kv_bits": config.kv_bits, "sparsity": config.sparsity, "nm": config.nm, "rotation": rotation,
-                "embed_bits": config.embed_bits, "group_size": config.group_size,
-                "actorder": getattr(config, "actorder", "none"), "a_clip_ratio": config.a_clip_ratio}
-    if config.export in ("compressed-tensors", "gguf"):
-        from toolkit.export.run import export_compress_run
-
-        export_compress_run(config, ctx, model, tokenizer, adapter, scales, metadata, g_idx)
-    if config.export in ("both", "packed", "compressed-tensors", "gguf"):
-        if config.w_bits >= 16:
-            log.warning("packed export skipped: weights are not quantized (w_bits=16)")
-        else:
-            sizes = save_packed(model, tokenizer, ctx.path("packed"), adapter, scales, config.w_bits, metadata,
-                                config.embed_bits, config.embed_group, vocab_grids, g_idx)
-            ctx.metrics.update(sizes)
-            from toolkit.export.card import write_packed_card
-
-            write_packed_card(ctx.path("packed"), metadata, config.w_bits,
-                              {"source_model": config.model, "calibration": f"{config.data} ({config.nsamples} "
-                               f"windows x {config.seqlen} tokens)" if config.data else "none"}, sizes)
-    if config.export in ("both", "dense"):
-        from toolkit.compress.rotation import fold_online_rotations
-        from toolkit.export.card import command_line, dense_card_notes
-        from toolkit.models.save import save_model
-
-        fold_online_rotations(model, adapter)
-        save_model(model, tokenizer, ctx.path("model"), technique=f"compress.{config.method}", source=config.model,
-                   paper="https://arxiv.org/abs/2509.11177", command=command_line(),
-                   notes="Dense fake-quant export: weights hold the quantized (and pruned) values in float; the "
-                         "rotation is folded in, activation/KV quantization is not representable here.\n\n"
-                         + dense_card_notes(config, metadata),
-                   metadata=metadata)
-
-
 # -- onload=true: per-block onloading from a local safetensors directory (toolkit/models/lazy.py) ----------------
 
 def _onload_source(config):
@@ -331,10 +294,9 @@ def _run_compress_onloaded(config, ctx) -> dict:
     the resident path and written to <out>/model as they finish (dense fake-quant export)."""
     import torch
 
+    from toolkit.compress.outputs import finish_onloaded_export
     from toolkit.core.context import warn_and_record
     from toolkit.models.lazy import LazyModel
-    from toolkit.models.save import CARD
-    from toolkit.models.shards import copy_model_files
     from toolkit.models.source import load_tokenizer
 
     source = _onload_source(config)
@@ -362,13 +324,5 @@ def _run_compress_onloaded(config, ctx) -> dict:
                         "sparsity": round(kept, 4), "calibration_windows": int(windows.shape[0]),
                         "seqlen": int(windows.shape[1]), "seconds_per_block": [round(t, 3) for t in per_block]})
     if out_dir is not None:
-        metadata = {"method": config.method, "w_bits": config.w_bits, "a_bits": config.a_bits,
-                    "kv_bits": config.kv_bits, "sparsity": config.sparsity, "nm": config.nm, "rotation": None,
-                    "embed_bits": 16, "onload": True}
-        copy_model_files(source, out_dir, {"iclrkit": metadata}, dtype=lazy.dtype)
-        (out_dir / "README.md").write_text(CARD.format(
-            title=f"compress.{config.method}: {source.name}", technique=f"compress.{config.method}",
-            source=config.model, paper="https://arxiv.org/abs/2509.11177", command="-",
-            notes="Dense fake-quant export written block by block (onload=true): weights hold the quantized (and "
-                  "pruned) values in float; unrotated."))
+        finish_onloaded_export(config, source, out_dir, lazy.dtype)
     return ctx.metrics

@@ -3,8 +3,6 @@
 - `int4_gemm` / `int4_gemm_24` (W4A8 / W4A4 codes, dense and 2:4 sparse): CPU kernels (AVX-512 VNNI / AVX2) and CUDA
   kernels (s8 Tensor Core MMA) over one weight layout; exact integer accumulation, bit-identical on every device.
 - `int4_gemm_s4` (W4A4 on the s4 Tensor Core MMA): CUDA kernel; elsewhere the reference.
-- `w4a16_gemm` (weight-only INT4, 16-bit activations, decode shapes): CUDA kernel (FP16/BF16 MMA, codes dequantised
-  in registers); the CPU path is the reference.
 Without `toolkit._C` every op runs its pure-torch reference (registered as the CompositeExplicitAutograd kernel).
 
     y[m, n] = float(acc[m, n]) * x_scale[m] * w_scale[n],   acc = Σ_k xq[m, k] · wq[n, k]   (exact, int)
@@ -13,7 +11,8 @@ Without `toolkit._C` every op runs its pure-torch reference (registered as the C
 `compress obr` writes (toolkit.compress.packed). That on-disk format is one continuous nibble stream (+ a bitmask of
 non-zeros) with no per-row addressing, so `to_kernel_layout` converts it once into the blocked layout the kernels read
 (documented in csrc/int4/int4_gemm.cpp): 128-column blocks, and for 2:4 the two kept codes per group of four plus
-2-bit column indices. Paper: OBR, https://arxiv.org/abs/2509.11177 (official repo csguoh/OBR).
+2-bit column indices. The weight-only W4A16 op lives in toolkit.ops.w4a16, the nn.Linear over either layout in
+toolkit.ops.packed_linear. Paper: OBR, https://arxiv.org/abs/2509.11177 (official repo csguoh/OBR).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from toolkit.core.errors import BadInputError
 from toolkit.ops import registry
 
 BLOCK = 128
-W4A16_K = 64  # columns per 16-byte load of the W4A16 layout (four 16-column k-tiles)
 
 
 def padded(k: int) -> int:
@@ -71,7 +69,7 @@ class KernelWeights:
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _check_codes(codes: torch.Tensor) -> None:
+def check_codes(codes: torch.Tensor) -> None:
     if codes.dim() != 2 or codes.numel() == 0:
         raise BadInputError(f"weight codes must be a non-empty 2-D matrix, got shape {tuple(codes.shape)}")
     if int(codes.min()) < -8 or int(codes.max()) > 7:
@@ -84,7 +82,7 @@ def _nibbles(low: np.ndarray, high: np.ndarray) -> np.ndarray:
 
 def pack_dense(codes: torch.Tensor, scales: torch.Tensor) -> KernelWeights:
     """Codes [N, K] in [-8, 7] → dense blocked layout (byte j of a block: column j low, column 64+j high)."""
-    _check_codes(codes)
+    check_codes(codes)
     n, k = codes.shape
     full = np.zeros((n, padded(k)), dtype=np.int16)
     full[:, :k] = codes.to(torch.int16).numpy()
@@ -96,7 +94,7 @@ def pack_dense(codes: torch.Tensor, scales: torch.Tensor) -> KernelWeights:
 
 def pack_24(codes: torch.Tensor, scales: torch.Tensor) -> KernelWeights:
     """Codes [N, K] with at most 2 non-zeros in every group of 4 columns → values + 2-bit column metadata."""
-    _check_codes(codes)
+    check_codes(codes)
     n, k = codes.shape
     full = np.zeros((n, padded(k)), dtype=np.int16)
     full[:, :k] = codes.to(torch.int16).numpy()
@@ -221,133 +219,6 @@ def int4_gemm(xq: torch.Tensor, x_scale: torch.Tensor, weights: KernelWeights, p
                                               weights.in_features, path)
     return torch.ops.iclrkit.int4_gemm(*args, weights.packed, weights.scales, weights.rowsum, weights.in_features,
                                        path)
-
-
-# ---------------------------------------------------------------------------------------------- W4A16 (weight-only)
-@dataclass
-class W4A16Weights:
-    """INT4 codes in the W4A16 kernel's fragment layout (csrc/int4/w4a16_cuda.cu): int32 [N/16, Kp/64, 32, 4]."""
-
-    packed: torch.Tensor
-    scales: torch.Tensor
-    in_features: int
-    out_features: int
-    meta = None
-    sparse = False
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.packed, self.scales))
-
-
-def _w4a16_view(n: int, k: int) -> tuple[int, int]:
-    return -(-n // 16), -(-k // W4A16_K)
-
-
-def w4a16_layout(codes: torch.Tensor, scales: torch.Tensor) -> W4A16Weights:
-    """Codes [N, K] in [-8, 7] → the W4A16 layout, prepared once at load. Word (i, j, lane, r): lane = 4g + t holds
-    the m16n8k16 A fragment of channel tile i and k-tile 4j + r; fragment register q covers row g + 8(q&1), columns
-    2t + 8(q>>1) and +1, whose codes (+8) sit at nibbles q and q + 4 of the word."""
-    _check_codes(codes)
-    n, k = codes.shape
-    tiles, chunks = _w4a16_view(n, k)
-    full = torch.zeros(tiles * 16, chunks * W4A16_K, dtype=torch.int64, device=codes.device)
-    full[:n, :k] = codes.to(torch.int64) + 8
-    full[n:] = 8  # padding channels / columns hold code 0 (+8): they add nothing
-    full[:, k:] = 8
-    # (i, h, g, kt, c, t, e): row 16i + 8h + g, column 16kt + 8c + 2t + e; register q = h + 2c, nibble q + 4e
-    grid = full.reshape(tiles, 2, 8, chunks * 4, 2, 4, 2)
-    bit = torch.arange(2, device=full.device)
-    h, c, e = bit.view(1, 2, 1, 1, 1, 1, 1), bit.view(1, 1, 1, 1, 2, 1, 1), bit.view(1, 1, 1, 1, 1, 1, 2)
-    shift = 4 * (h + 2 * c + 4 * e)
-    words = (grid << shift).sum(dim=(1, 4, 6)).permute(0, 2, 1, 3)  # (i, g, kt, t) -> [tiles, kt, 8 (g), 4 (t)]
-    words = words.reshape(tiles, chunks, 4, 8, 4).permute(0, 1, 3, 4, 2).reshape(tiles, chunks, 32, 4)
-    words = torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32).contiguous()
-    return W4A16Weights(words, scales.float().reshape(-1).contiguous(), k, n)
-
-
-def w4a16_unpack(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
-    """Inverse of w4a16_layout: codes [N, K] int16 (pure torch, on the layout's device)."""
-    tiles, chunks = packed.shape[0], packed.shape[1]
-    words = packed.to(torch.int64) & 0xFFFFFFFF
-    words = words.reshape(tiles, chunks, 8, 4, 4).permute(0, 1, 4, 2, 3).reshape(tiles, chunks * 4, 8, 4)
-    q = torch.arange(4, device=packed.device)
-    shifts = torch.stack([4 * q, 4 * (q + 4)], dim=-1)  # [q, e]
-    nib = (words[..., None, None] >> shifts) & 0xF  # [tiles, kt, g, t, q, e]
-    nib = nib.reshape(tiles, chunks * 4, 8, 4, 2, 2, 2)  # q = h + 2c -> (c, h)
-    # to (i, h, g, kt, c, t, e)
-    grid = nib.permute(0, 5, 2, 1, 4, 3, 6)
-    full = grid.reshape(tiles * 16, chunks * W4A16_K)
-    return (full[:n, :k] - 8).to(torch.int16)
-
-
-def _w4a16_ref(x, w, scales, n, k):
-    codes = w4a16_unpack(w, n, k)
-    return ((x.float() @ codes.float().t()) * scales.float()).to(x.dtype)
-
-
-def _w4a16_fake(x, w, scales, n, k):
-    return x.new_empty((x.shape[0], n))
-
-
-registry.register("w4a16_gemm", "w4a16_gemm(Tensor x, Tensor w, Tensor scales, int n, int k) -> Tensor",
-                  _w4a16_ref, _w4a16_fake)
-
-
-def w4a16_gemm(x: torch.Tensor, weights: W4A16Weights) -> torch.Tensor:
-    """y [M, N] = x · (codes · scale)ᵀ in x's dtype, on x's device."""
-    if x.dim() != 2 or x.shape[1] != weights.in_features:
-        raise BadInputError(f"activations {tuple(x.shape)} do not match {weights.in_features} input features")
-    return torch.ops.iclrkit.w4a16_gemm(x, weights.packed, weights.scales, weights.out_features, weights.in_features)
-
-
-class PackedInt4Linear(torch.nn.Module):
-    """Drop-in nn.Linear over packed INT4 weights. a_bits 2..8: quantises each token's activations and runs the
-    W4A8/W4A4 integer kernel (output = the fake-quant linear up to float rounding); a_bits 16: the W4A16 weight-only
-    kernel in the activations' dtype. The weights are buffers laid out once at construction; `.to(device)` moves
-    them once, and every call runs the op of the device they live on (no per-call moves, no device checks)."""
-
-    def __init__(self, weights: KernelWeights | W4A16Weights, bias: torch.Tensor | None = None, a_bits: int = 8):
-        super().__init__()
-        if a_bits != 16 and not 2 <= a_bits <= 8:
-            raise BadInputError(f"a_bits must be 2..8 (W4A8/W4A4) or 16 (W4A16), got {a_bits}")
-        if (a_bits == 16) != isinstance(weights, W4A16Weights):
-            raise BadInputError("a_bits=16 needs w4a16_layout weights, a_bits <= 8 the integer kernels' layout")
-        self.a_bits = a_bits
-        self.in_features = weights.in_features
-        self.out_features = weights.scales.numel()
-        self.register_buffer("packed", weights.packed)
-        self.register_buffer("meta", weights.meta)
-        self.register_buffer("scales", weights.scales)
-        self.register_buffer("rowsum", getattr(weights, "rowsum", None))
-        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
-
-    @property
-    def weights(self) -> KernelWeights | W4A16Weights:
-        if self.a_bits == 16:
-            return W4A16Weights(self.packed, self.scales, self.in_features, self.out_features)
-        return KernelWeights(self.packed, self.meta, self.scales, self.rowsum, self.in_features)
-
-    @classmethod
-    def from_codes(cls, codes: torch.Tensor, scales: torch.Tensor, bias=None, a_bits: int = 8, sparse: str = "auto"):
-        if a_bits == 16:
-            return cls(w4a16_layout(codes, scales), bias, a_bits)
-        return cls(to_kernel_layout(codes, scales, sparse), bias, a_bits)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        flat = x.reshape(-1, shape[-1])
-        if self.a_bits == 16:
-            y = w4a16_gemm(flat, self.weights)
-        else:
-            xq, scale = quantize_activations(flat, self.a_bits)
-            y = int4_gemm(xq, scale, self.weights)
-        if self.bias is not None:
-            y = y.float() + self.bias
-        return y.to(x.dtype).reshape(*shape[:-1], self.out_features)
-
-    def extra_repr(self) -> str:
-        kind = "w4a16" if self.a_bits == 16 else ("2:4" if self.weights.sparse else "dense")
-        return f"in={self.in_features}, out={self.out_features}, int4 {kind}, a_bits={self.a_bits}"
 
 
 def s4_layout(codes: torch.Tensor, multiple: int = 64) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from toolkit.core.errors import BadInputError, RunError
-from toolkit.segment import kernels
+from toolkit.segment import kernels, prepack
 from toolkit.segment.mbunet import ARCH_FILE, QuantBlock, StemBlock, UNet, bn_affine
 
 PACKED_FILE = "packed.safetensors"
@@ -38,16 +38,16 @@ class PackedLayer:
     binary: bool  # no zero weights: the one-plane kernel path
     segments: list[int]
     block: QuantBlock | None = None  # shortcut networks: the float block whose BN/shortcut tail follows the sums
-    prepacked: kernels.PrepackedWeights = field(init=False, repr=False)
+    prepacked: prepack.PrepackedWeights = field(init=False, repr=False)
 
     def __post_init__(self):
-        self.prepacked = kernels.ternary_prepack(self.pos, self.neg, self.threshold, self.flip)
+        self.prepacked = prepack.ternary_prepack(self.pos, self.neg, self.threshold, self.flip)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.ternary_conv2d_sign_prepacked(x, self.prepacked, stride=1, padding=1, binary=self.binary)
+        return prepack.ternary_conv2d_sign_prepacked(x, self.prepacked, stride=1, padding=1, binary=self.binary)
 
     def sums(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.ternary_conv2d_prepacked(x, self.prepacked, stride=1, padding=1, binary=self.binary)
+        return prepack.ternary_conv2d_prepacked(x, self.prepacked, stride=1, padding=1, binary=self.binary)
 
     def to(self, device: str | torch.device) -> PackedLayer:
         """The layer on `device`: planes and thresholds moved once and prepacked there for that device's kernel
