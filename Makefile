@@ -16,7 +16,7 @@ CONSTRAINTS := constraints.txt
 DEPS_SIG := $(VENV)/.deps-$(shell printf '%s' '$(DEPS) $(NO_DEPS)' | sha1sum | cut -c1-12)
 APT := libusb-1.0-0
 
-.PHONY: install demo test lint clean-ext gpu-check gpu-wheels
+.PHONY: install demo test lint clean-ext gpu-check gpu-wheels obr-cpu
 
 $(DEPS_SIG):
 	@mkdir -p $(VENV) && rm -f $(VENV)/.deps-* && touch $@
@@ -67,6 +67,14 @@ clean-ext:
 #   OUT=<dir> make gpu-check     -> <dir>/gpu-check.json (steps in scripts/gpu-check.sh, <= 8 minutes on an H200)
 gpu-check:
 	bash scripts/gpu-check.sh
+
+# The CPU half of gpu-check's `compress obr` ratio: the same command (scripts/obr_ratio.py) on the same model, on this
+# machine's CPU -> runs/obr-cpu/obr.json. OBR_MODEL is the model gpu-check.json's "obr" names (default random: the
+# SmolLM2-135M-shaped random model the GPU machine writes; compare the fingerprints). 30 blocks: about an hour or more
+# on 2 cores. OBR_ARGS adds flags, e.g. OBR_ARGS="--layers 1 --nsamples 2 --seqlen 64 --eval-windows 1" (a smoke run).
+OBR_MODEL ?= random
+obr-cpu: install
+	nice -n 10 $(PY) scripts/obr_ratio.py --device cpu --model $(OBR_MODEL) --out runs/obr-cpu $(OBR_ARGS)
 
 # Wheels for the GPU machine: the packages its image lacks or holds at other versions (its python3 3.12 has a CUDA
 # torch, numpy, scipy, accelerate, safetensors, tokenizers, rich, pytest, ...), pinned to this .venv's versions.
