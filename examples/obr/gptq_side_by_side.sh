@@ -32,20 +32,7 @@ $CLI zoo build "${MODEL#zoo:}" > /dev/null
   --max-windows "$EVAL_WINDOWS" --out "$OUT/dense" > /dev/null
 TOKENS=$OUT/tokens.pt
 if [ ! -f "$TOKENS" ]; then  # the peer gets our exact calibration windows and evaluation ids
-  .venv/bin/python - "$MODEL" "$VALID" "$TEST" "$NSAMPLES" "$SEQLEN" "$EVAL_WINDOWS" "$TOKENS" <<'PYEOF'
-import sys
-
-import torch
-
-from toolkit.data.text import calibration_windows, load_text, tokenize
-from toolkit.models.source import load_model, resolve_model_path
-
-model, calib, heldout, n, seqlen, windows, out = sys.argv[1:8]
-_, tokenizer = load_model(model, "cpu", torch.float32)
-torch.save({"model_dir": str(resolve_model_path(model)),
-            "calibration": calibration_windows(tokenizer, load_text(calib), int(n), int(seqlen), 0),
-            "eval_ids": tokenize(tokenizer, load_text(heldout)), "max_length": 256, "windows": int(windows)}, out)
-PYEOF
+  .venv/bin/python examples/obr/peer_tokens.py "$MODEL" "$VALID" "$TEST" "$NSAMPLES" "$SEQLEN" "$EVAL_WINDOWS" "$TOKENS"
 fi
 MODEL_DIR=$(.venv/bin/python -c "import torch; print(torch.load('$TOKENS')['model_dir'])")
 COMMON="--model $MODEL --data $VALID --nsamples $NSAMPLES --seqlen $SEQLEN --eval-data $TEST

@@ -29,20 +29,8 @@ peer() {  # peer DIR MODEL CALIB HELDOUT RECIPE: llm-compressor in its own venv 
     python3 -m venv .venv-bench && .venv-bench/bin/pip install -q torch==2.13.0 llmcompressor 2>&1 | grep -v "is ignored" || true
   fi
   echo "== $dir" >&2
-  .venv/bin/python - "$model" "$calib" "$heldout" "$NSAMPLES" "$SEQLEN" "$EVAL_WINDOWS" "$OUT/$name-tokens.pt" <<'PYEOF'
-import sys
-
-import torch
-
-from toolkit.data.text import calibration_windows, load_text, tokenize
-from toolkit.models.source import load_model, resolve_model_path
-
-model, calib, heldout, n, seqlen, windows, out = sys.argv[1:8]
-_, tokenizer = load_model(model, "cpu", torch.float32)
-torch.save({"model_dir": str(resolve_model_path(model)),
-            "calibration": calibration_windows(tokenizer, load_text(calib), int(n), int(seqlen), 0),
-            "eval_ids": tokenize(tokenizer, load_text(heldout)), "max_length": 256, "windows": int(windows)}, out)
-PYEOF
+  .venv/bin/python examples/obr/peer_tokens.py "$model" "$calib" "$heldout" "$NSAMPLES" "$SEQLEN" "$EVAL_WINDOWS" \
+    "$OUT/$name-tokens.pt"
   local model_dir
   model_dir=$(.venv/bin/python -c "import torch; print(torch.load('$OUT/$name-tokens.pt')['model_dir'])")
   .venv-bench/bin/python examples/obr/peer_llmcompressor.py "$model_dir" "$OUT/$name-tokens.pt" "$recipe" "$dir" \

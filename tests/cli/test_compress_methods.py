@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from tiny_models import FAMILIES, build_family
 
 from toolkit.core.registry import registry
 
@@ -46,41 +47,10 @@ def _dir(model, tokenizer, path):
     return path
 
 
-def _families(vocab):
-    import transformers as tf
-
-    kv = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              vocab_size=vocab, max_position_embeddings=128)
-    yield "gpt2", lambda: tf.GPT2LMHeadModel(tf.GPT2Config(n_positions=128, n_embd=32, n_layer=2, n_head=4,
-                                                           vocab_size=vocab))
-    yield "llama", lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**kv))
-    yield "mistral", lambda: tf.MistralForCausalLM(tf.MistralConfig(**kv))
-    yield "qwen2", lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**kv))
-    yield "qwen3", lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(head_dim=8, **kv))
-    yield "opt", lambda: tf.OPTForCausalLM(tf.OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=2,
-                                                        num_attention_heads=4, word_embed_proj_dim=32,
-                                                        max_position_embeddings=128, vocab_size=vocab))
-    yield "gpt_neox", lambda: tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(hidden_size=32, intermediate_size=64,
-                                                                     num_hidden_layers=2, num_attention_heads=4,
-                                                                     vocab_size=vocab))
-    yield "gemma3_text", lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(head_dim=8, **kv))
-
-    def conditional():
-        text = tf.Gemma3TextConfig(head_dim=8, **{**kv, "vocab_size": vocab + 3})
-        vision = tf.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                       num_attention_heads=2, image_size=28, patch_size=14)
-        return tf.Gemma3ForConditionalGeneration(tf.Gemma3Config(
-            text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
-            boi_token_index=vocab, eoi_token_index=vocab + 1, image_token_index=vocab + 2))
-
-    yield "gemma3", conditional
-
-
-@pytest.mark.parametrize("family", [name for name, _ in _families(8)])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_compress_runs_on_every_family(cli, tiny_tokenizer, tmp_path, family):
     torch.manual_seed(0)
-    build = dict(_families(len(tiny_tokenizer)))[family]
-    source = _dir(build().eval(), tiny_tokenizer, tmp_path / "src")
+    source = _dir(build_family(family, len(tiny_tokenizer)), tiny_tokenizer, tmp_path / "src")
     out = tmp_path / "out"
     result = cli(["compress", "rtn", "-m", source, "-d", "embedded", "--nsamples", "2", "--seqlen", "16",
                   "--w-bits", "4", "--no-rotate", "--set", "export=dense", "--out", out, "--json"])

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from testkit import assert_bad_inputs
 
 POS = ["a wonderful and moving film", "great acting and a lovely story", "charming , funny and warm",
        "a brilliant , joyful movie", "beautiful images and great music", "smart writing and lovely performances"]
@@ -97,12 +98,7 @@ def test_bad_input(cli, tiny_bert_dir, sets, tmp_path):
         (["-d", test, "--clean", train, "--set", "pad_to=100"], "pad_to is 100, more than max_length"),
         (["-d", test, "--clean", train, "--set", "pad_to=0"], "pad_to must be positive"),
     ]
-    for args, message in cases:
-        out = tmp_path / "out"
-        r = cli(["defend", "backdoor", "-m", tiny_bert_dir, *args, "-o", out])
-        assert r.exit_code == 2, (args, r.stderr)
-        assert message in r.stderr, (message, r.stderr)
-        assert not out.exists()
+    assert_bad_inputs(cli, ["defend", "backdoor", "-m", tiny_bert_dir], cases, tmp_path / "out")
     r = cli(["defend", "attack", "-d", train, "--encoder", tiny_bert_dir, "--n-train", "1000", "-o", tmp_path / "v"])
     assert r.exit_code == 2 and "fewer than" in r.stderr
 

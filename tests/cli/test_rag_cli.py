@@ -104,22 +104,25 @@ def test_dense_index_save_load_identical(tmp_path):
     assert first == reloaded.search(["Which city is Italy's capital?"], 2) and first[0][0][0].title == "Rome"
 
 
+def _hotpot_reply(prompt: str) -> str:
+    """A scripted DeepRAG model for the "Who wrote X?" hotpot rows: one follow-up, answered from the retrieved
+    paragraph."""
+    if prompt.endswith("Question: Who wrote X?\n"):
+        return "Follow up: Who wrote X?"
+    if prompt.endswith("Follow up: Who wrote X?\n"):
+        return "Let's search the question in Wikipedia."
+    if prompt.endswith("Intermediate answer:"):
+        return " Ann" if "written by Ann" in prompt else " unknown"
+    return "So the final answer is: <answer short>Ann</answer short>"
+
+
 def test_hotpot_per_question_contexts_and_dry_run(cli, tmp_path):
     row = {"question_id": "h1", "question_text": "Who wrote X?", "answers_objects": [{"spans": ["Ann"]}],
            "contexts": [{"id": "0", "title": "X", "paragraph_text": "X was written by Ann.", "is_supporting": True},
                         {"id": "1", "title": "Y", "paragraph_text": "Y is a river.", "is_supporting": False}]}
     data = tmp_path / "hotpot.jsonl"
     data.write_text(json.dumps(row))
-    def reply(prompt: str) -> str:
-        if prompt.endswith("Question: Who wrote X?\n"):
-            return "Follow up: Who wrote X?"
-        if prompt.endswith("Follow up: Who wrote X?\n"):
-            return "Let's search the question in Wikipedia."
-        if prompt.endswith("Intermediate answer:"):
-            return " Ann" if "written by Ann" in prompt else " unknown"
-        return "So the final answer is: <answer short>Ann</answer short>"
-
-    with LoopbackServer(reply=reply) as url:
+    with LoopbackServer(reply=_hotpot_reply) as url:
         r = cli(["rag", "deeprag", "run", "-m", f"openai:s@{url}", "-d", data, "--index", "contexts",
                  "--methods", "deeprag,single", "-o", tmp_path / "run"])
         assert r.exit_code == 0, r.stderr
@@ -160,20 +163,11 @@ def test_run_concurrency_is_a_config_key_with_identical_results(cli, tmp_path):
     data = tmp_path / "hotpot.jsonl"
     data.write_text("\n".join(json.dumps(row) for row in rows))
 
-    def reply(prompt: str) -> str:
-        if prompt.endswith("Question: Who wrote X?\n"):
-            return "Follow up: Who wrote X?"
-        if prompt.endswith("Follow up: Who wrote X?\n"):
-            return "Let's search the question in Wikipedia."
-        if prompt.endswith("Intermediate answer:"):
-            return " Ann"
-        return "So the final answer is: <answer short>Ann</answer short>"
-
     config = tmp_path / "run.yaml"
     config.write_text("concurrency: 3\n")
     seen = {}
     for name, extra, gate in [("one", [], 0), ("three", ["--config", config], 3)]:
-        server = LoopbackServer(reply=reply, gate=gate)
+        server = LoopbackServer(reply=_hotpot_reply, gate=gate)
         with server as url:
             r = cli(["rag", "deeprag", "run", "-m", f"openai:s@{url}", "-d", data, "--index", "contexts", *extra,
                      "-o", tmp_path / name])

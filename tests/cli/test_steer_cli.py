@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from testkit import assert_bad_inputs
 
 PAIRS = [("the error raised an exception and the program crashed", "the function returned a value and printed it"),
          ("an exception was raised because the file failed", "a value was returned because the file existed"),
@@ -114,9 +115,4 @@ def test_bad_input(cli, tiny_llama_dir, pairs_file, tmp_path):
         (["-d", long_text, "--layer", "0"], "longer than the model's context"),
         (["-d", tmp_path / "missing.jsonl", "--layer", "0"], "not found"),
     ]
-    for args, message in cases:
-        out = tmp_path / "out"
-        r = cli(["steer", "pcms", "-m", tiny_llama_dir, *args, "-o", out])
-        assert r.exit_code == 2, (args, r.stderr)
-        assert message in r.stderr, (message, r.stderr)
-        assert not out.exists()
+    assert_bad_inputs(cli, ["steer", "pcms", "-m", tiny_llama_dir], cases, tmp_path / "out")

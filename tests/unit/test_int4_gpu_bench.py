@@ -1,11 +1,11 @@
 """scripts/gpu_bench.py (the timing half of `make gpu-check`) runs end to end on the CPU with tiny shapes and
 writes the JSON the GPU check records; its figures are not measurements of anything."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from testkit import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,10 +13,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "scripts" / "gpu_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts" / "gpu_bench.py", "gpu_bench")
 
 
 def test_quick_run_on_cpu_writes_every_section(tmp_path):

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from testkit import load_script
 
 COLLECT = Path(__file__).resolve().parents[2] / "examples" / "obr" / "collect.py"
 
 
 @pytest.fixture(scope="module")
 def collect():
-    spec = importlib.util.spec_from_file_location("obr_collect", COLLECT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(COLLECT, "obr_collect")
 
 
 def _record(path: Path, ppl: float, **metrics) -> None:

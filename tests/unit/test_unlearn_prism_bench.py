@@ -1,19 +1,16 @@
 """The PRISM benchmark's matched-utility rule and its VerbMem windows (examples/prism/bench.py)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from testkit import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "examples" / "prism" / "bench.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("prism_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "prism_bench")
 
 
 def test_choose_takes_the_strongest_setting_within_the_utility_tolerance(bench):
