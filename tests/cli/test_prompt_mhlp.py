@@ -104,3 +104,17 @@ def test_concurrency_is_a_config_key(cli, qa_file, tmp_path):
     r = cli(["prompt", "mhlp", "--task-model", spec, "--proposer-model", spec, "-d", qa_file, "--config", config,
              "--set", "concurrency=0", "-o", tmp_path / "o"])
     assert r.exit_code == 2 and "concurrency" in r.stderr and not (tmp_path / "o").exists()
+
+
+def test_server_refusing_echo_logprobs_is_one_line_exit_3_and_nothing_written(cli, qa_file, tmp_path):
+    """#31 bad input "a server that refuses log-probs": llama.cpp's "Only no echo is supported" becomes one line
+    naming the limitation, exit 3, before anything is sampled or written."""
+    with LoopbackServer(reply=lambda prompt: "yes", refuse_echo=True) as url:
+        spec = f"openai:llamacpp@{url}"
+        out = tmp_path / "o"
+        r = cli(["prompt", "mhlp", "--task-model", spec, "--proposer-model", spec, "-d", qa_file, "--steps", "2",
+                 "-o", out])
+    assert r.exit_code == 3, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot score supplied text" in lines[0] and "llama.cpp" in lines[0], r.stderr
+    assert not out.exists() and not list(tmp_path.glob("o.partial*"))
