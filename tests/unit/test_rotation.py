@@ -88,3 +88,66 @@ def test_online_rotation_runs_in_the_activation_dtype():
         assert torch.allclose(y.double(), x @ rotation.matrix(), atol=0.05 if dtype == torch.bfloat16 else 1e-5)
     assert {key[1] for key in rotation._cache} >= {torch.float32, torch.bfloat16}
     assert rotation.matrix("meta").device.type == "meta"
+
+
+def _llama_heads(hidden, intermediate, heads, kv_heads):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=97, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=2,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=64,
+                         tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).eval()
+    for name, param in model.named_parameters():
+        if "norm" in name:
+            param.data.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.mark.parametrize("heads,o_kind", [(12, "exact"), (6, "kron-orthogonal")])
+@pytest.mark.parametrize("online_o_proj", [False, True])
+def test_exact_hadamard_rotation_on_a_12x2k_llama_keeps_logits(heads, o_kind, online_o_proj):
+    """hidden 96 = 12·8, intermediate 384 = 12·32: every rotation an exact (Paley × Sylvester) Hadamard; with
+    online_o_proj the cross-head Hadamard before o_proj (exact over 12 heads, kron-orthogonal over 6) is fused into
+    o_proj's weight, and the rotated model with its hooks gives the original logits."""
+    from toolkit.ops.hadamard import exact_hadamard
+
+    model = _llama_heads(96, 384, heads, heads // 2)
+    ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(1))
+    adapter = adapter_for(model)
+    with torch.no_grad():
+        before = model(ids).logits
+        record = rotate_model(model, adapter, seed=5, online_o_proj=online_o_proj)
+        after = model(ids).logits
+        assert (after - before).abs().max() < 1e-4
+        expected = {"residual": "exact", "head": "exact", "down_proj": "exact"}
+        if online_o_proj:
+            expected["o_proj"] = o_kind
+        assert record["hadamard"] == expected
+        assert bool(record.get("online_o_proj")) == online_o_proj
+        layer = model.model.layers[0]
+        down = layer.mlp.down_proj.iclrkit_online_rotation
+        x = torch.randn(3, 384, dtype=torch.float64)
+        torch.testing.assert_close(down.apply(x), x @ exact_hadamard(384) / 384 ** 0.5, rtol=0, atol=1e-10)
+        assert hasattr(layer.self_attn.o_proj, "iclrkit_online_rotation") == online_o_proj
+        fold_online_rotations(model, adapter)
+        assert not hasattr(layer.self_attn.o_proj, "iclrkit_online_rotation")
+        assert not layer.self_attn.o_proj._forward_pre_hooks and not layer.mlp.down_proj._forward_pre_hooks
+        assert (model(ids).logits - before).abs().max() < 1e-4
+
+
+def test_online_rotations_rebuild_from_the_record():
+    """A packed file's record rebuilds the very rotations rotate_model installed; a record without "hadamard"
+    (written before exact Hadamards) rebuilds the kron-orthogonal down_proj rotation it was made with."""
+    from toolkit.compress.rotation import online_rotations
+
+    model = _llama_heads(96, 384, 12, 4)
+    record = rotate_model(model, adapter_for(model), seed=2, online_o_proj=True)
+    down, cross = online_rotations(record)
+    layer = model.model.layers[1]
+    assert torch.equal(down.matrix(), layer.mlp.down_proj.iclrkit_online_rotation.matrix())
+    assert torch.equal(cross.matrix(), layer.self_attn.o_proj.iclrkit_online_rotation.matrix())
+    legacy = {k: v for k, v in record.items() if k not in ("hadamard", "online_o_proj")}
+    old_down, old_cross = online_rotations(legacy)
+    assert old_down.kind == "kron-orthogonal" and old_cross is None
+    assert torch.equal(old_down.matrix(), OrthogonalRotation(384, 4, "kron-orthogonal").matrix())

@@ -253,13 +253,9 @@ def load_packed(directory: str | Path, dtype=torch.float32, with_tokenizer: bool
                           unpack_linear(parts, tuple(shape), config["bits"], grouped).to(dtype), adapter.conv1d)
     rotation = config.get("rotation")
     if rotation:
-        from toolkit.compress.rotation import (
-            OrthogonalRotation,
-            install_online_rotations,
-        )
+        from toolkit.compress.rotation import install_online_rotations, online_rotations
 
-        install_online_rotations(model, adapter,
-                                 OrthogonalRotation(rotation["intermediate"], rotation["online_down_proj_seed"]))
+        install_online_rotations(model, adapter, *online_rotations(rotation))
     tokenizer = None
     if with_tokenizer:
         from transformers import AutoTokenizer

@@ -6,10 +6,18 @@
 3. Head-wise Hadamard on V/O: v_proj's output (per head) and o_proj's input cancel inside attention.
 4. Online rotation before down_proj: its weight absorbs Q_int and a forward pre-hook rotates its input.
 
-Sizes that are not powers of two (SmolLM2: hidden 576 = 64·9, intermediate 1536 = 512·3; llama-small 672 = 32·21)
-use Q = (D·H_p) ⊗ B with p the largest power-of-two factor, D random signs and B a random orthogonal m×m matrix,
-applied online as a Hadamard over p and a small matmul over m. It is exactly orthogonal; with m > 1 it mixes less
-evenly than a true Hadamard (QuaRot's Had-12/Had-36 tables), which this note records rather than hides.
+5. With activation quantization (`online_o_proj`, a_bits < 16): an online Hadamard across heads before o_proj
+   (QuaRot's `online_partial_had`); o_proj's weight absorbs it, so with the per-head V/O rotation its input sees a
+   full Hadamard over heads × head_dim.
+
+Every rotation is an exact Hadamard where one is constructed for its width (`toolkit.ops.hadamard.hadamard_split`:
+n = 2^k·m, m = 1 or a Paley order, e.g. SmolLM2's 576 = 16·36 and 1536 = 128·12): the residual Q = D·H_n/√n with
+random signs D (QuaRot's random Hadamard), the online ones plain H_n/√n, applied as a matmul over m and a Walsh–
+Hadamard over 2^k. Widths without a construction (odd head counts such as SmolLM2's 9) fall back to
+Q = (D·H_p) ⊗ B with p the largest power-of-two factor and B a random orthogonal m×m matrix ("kron-orthogonal"):
+exactly orthogonal, but it mixes less evenly than a Hadamard. Which one each rotation got is returned (and recorded
+in run.json metrics["hadamard"]). Packed files written before exact Hadamards carry no such record and are
+rebuilt with the kron-orthogonal construction they were made with.
 LayerNorm models (GPT-2, OPT) are refused: their mean subtraction does not commute with a rotation.
 
 Device: Q is built in float64 on the weights' device and each weight is rotated where it lives (a CPU Q against GPU
@@ -19,12 +27,16 @@ rotation's small factors cached per (device, dtype).
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
 from toolkit.core.errors import BadInputError
 from toolkit.models.adapters import ArchAdapter, first_module, get_layers
-from toolkit.ops.hadamard import fwht
+from toolkit.ops.hadamard import fwht, hadamard_split, paley_hadamard
+
+log = logging.getLogger("iclrkit")
 
 
 def split_power_of_two(n: int) -> tuple[int, int]:
@@ -33,43 +45,92 @@ def split_power_of_two(n: int) -> tuple[int, int]:
     return p, n // p
 
 
+EXACT, KRON = "exact", "kron-orthogonal"
+
+
 class OrthogonalRotation:
-    """Q = (D·H_p) ⊗ B, deterministic in (n, seed); `apply(x)` computes x @ Q along the last dimension."""
+    """An orthogonal Q of order n, deterministic in (n, seed, kind, signs); `apply(x)` computes x @ Q along the last
+    dimension as a matmul over m then a Walsh–Hadamard over p (n = p·m).
 
-    def __init__(self, n: int, seed: int):
-        self.n = n
-        self.seed = seed
-        self.p, self.m = split_power_of_two(n)
+    kind "exact": Q = D·(H_p ⊗ H_m)/√n, a true Hadamard (H_m from Paley), D random signs over all n (identity with
+    signs=False: then Q = H_n/√n). kind "kron-orthogonal": Q = (D·H_p) ⊗ B, B random orthogonal (the only kind
+    before exact Hadamards; `signs` is ignored, as it always drew its signs). kind "auto": exact where
+    `hadamard_split(n)` finds a construction, else kron-orthogonal."""
+
+    def __init__(self, n: int, seed: int, kind: str = "auto", signs: bool = True):
+        if kind not in ("auto", EXACT, KRON):
+            raise BadInputError(f"unknown rotation kind {kind!r}")
+        split = hadamard_split(n) if kind != KRON else None
+        if kind == EXACT and split is None:
+            raise BadInputError(f"no exact Hadamard of order {n}")
+        self.n, self.seed = n, seed
+        self.kind = EXACT if split is not None else KRON
         generator = torch.Generator().manual_seed(seed)
-        self.signs = torch.randint(0, 2, (self.p,), generator=generator).to(torch.float64) * 2 - 1
-        if self.m > 1:
-            gaussian = torch.randn(self.m, self.m, generator=generator, dtype=torch.float64)
-            q, r = torch.linalg.qr(gaussian)
-            self.block = q * torch.sign(torch.diagonal(r)).unsqueeze(0)
+        self.pre_signs = None  # [n] (exact kind): x·D before the Hadamard
+        self.post_signs = None  # [p] (kron-orthogonal kind): signs over p after the block
+        if self.kind == EXACT:
+            self.p, self.m = split
+            block = torch.ones(1, 1, dtype=torch.int64) if self.m == 1 else torch.from_numpy(paley_hadamard(self.m))
+            self.block = block.to(torch.float64) / float(self.m) ** 0.5
+            if signs:
+                self.pre_signs = torch.randint(0, 2, (n,), generator=generator).to(torch.float64) * 2 - 1
         else:
-            self.block = torch.ones(1, 1, dtype=torch.float64)
-        self._cache: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+            self.p, self.m = split_power_of_two(n)
+            self.post_signs = torch.randint(0, 2, (self.p,), generator=generator).to(torch.float64) * 2 - 1
+            if self.m > 1:
+                gaussian = torch.randn(self.m, self.m, generator=generator, dtype=torch.float64)
+                q, r = torch.linalg.qr(gaussian)
+                self.block = q * torch.sign(torch.diagonal(r)).unsqueeze(0)
+            else:
+                self.block = torch.ones(1, 1, dtype=torch.float64)
+        self._cache: dict[tuple[torch.device, torch.dtype], tuple] = {}
 
-    def factors(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """(block B, signs D as a column) on `device` in `dtype`, made once per (device, dtype)."""
+    def factors(self, device: torch.device, dtype: torch.dtype) -> tuple:
+        """(block B, signs over n or None, signs over p as a column or None) on `device` in `dtype`, made once per
+        (device, dtype)."""
         key = (torch.device(device), dtype)
         if key not in self._cache:
-            self._cache[key] = (self.block.to(device=device, dtype=dtype),
-                                self.signs.to(device=device, dtype=dtype).unsqueeze(1))
+            def put(t):
+                return None if t is None else t.to(device=device, dtype=dtype)
+
+            post = put(self.post_signs)
+            self._cache[key] = (put(self.block), put(self.pre_signs), None if post is None else post.unsqueeze(1))
         return self._cache[key]
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        block, signs = self.factors(x.device, x.dtype)
+        block, pre, post = self.factors(x.device, x.dtype)
+        if pre is not None:
+            x = x * pre
         y = x.reshape(*shape[:-1], self.p, self.m)
         if self.m > 1:
             y = y @ block
-        y = y * signs
-        y = fwht(y.transpose(-1, -2).contiguous()).transpose(-1, -2)
+        if post is not None:
+            y = y * post
+        if self.p > 1:
+            y = fwht(y.transpose(-1, -2).contiguous()).transpose(-1, -2)
         return y.reshape(shape)
 
     def matrix(self, device: str | torch.device | None = None) -> torch.Tensor:
         """Q (float64) on `device` (default CPU)."""
+        return self.apply(torch.eye(self.n, dtype=torch.float64, device=device))
+
+
+class CrossHeadRotation:
+    """The online rotation before o_proj: G = R_heads ⊗ I_head_dim (QuaRot's `online_partial_had`), R_heads the
+    plain Hadamard over the head index (exact where one exists, else kron-orthogonal); `apply(x)` = x @ G."""
+
+    def __init__(self, heads: int, head_dim: int, seed: int, kind: str = "auto"):
+        self.heads, self.head_dim, self.n = heads, head_dim, heads * head_dim
+        self.inner = OrthogonalRotation(heads, seed, kind, signs=False)
+        self.kind = self.inner.kind
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = x.reshape(*shape[:-1], self.heads, self.head_dim).transpose(-1, -2)
+        return self.inner.apply(y).transpose(-1, -2).reshape(shape)
+
+    def matrix(self, device: str | torch.device | None = None) -> torch.Tensor:
         return self.apply(torch.eye(self.n, dtype=torch.float64, device=device))
 
 
@@ -105,8 +166,10 @@ def _head_diag(rotation: torch.Tensor, heads: int) -> torch.Tensor:
     return torch.block_diag(*([rotation] * heads))
 
 
-def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0) -> dict:
-    """Rotate in place (function unchanged up to float rounding); returns what the packed loader must rebuild."""
+def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0, online_o_proj: bool = False) -> dict:
+    """Rotate in place (function unchanged up to float rounding); returns what the packed loader must rebuild,
+    with the kind of each rotation under "hadamard" ("exact" | "kron-orthogonal"). `online_o_proj` adds the online
+    cross-head Hadamard before o_proj (QuaRot does it for activation quantization: pass a_bits < 16)."""
     check_rotatable(adapter)
     config = model.config
     layers = get_layers(model, adapter)
@@ -117,14 +180,19 @@ def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0) -> dict:
     config.tie_word_embeddings = False
     hidden = embed.weight.shape[1]
     device = embed.weight.device  # Q is built where the weights live (each linear moves it to its own device)
-    residual = OrthogonalRotation(hidden, seed).matrix(device)
+    residual_rotation = OrthogonalRotation(hidden, seed)
+    residual = residual_rotation.matrix(device)
     head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
     if head_dim & (head_dim - 1):
         raise BadInputError(f"--rotate needs a power-of-two head dimension, got {head_dim}")
-    head_rotation = OrthogonalRotation(head_dim, seed + 1).matrix(device)
+    head_rotation = OrthogonalRotation(head_dim, seed + 1)
+    head_matrix = head_rotation.matrix(device)
     intermediate = layers[0].get_submodule(adapter.mlp_down).weight.shape[1]
-    online = OrthogonalRotation(intermediate, seed + 2)
+    online = OrthogonalRotation(intermediate, seed + 2, signs=False)
     online_matrix = online.matrix(device)
+    heads = layers[0].get_submodule(adapter.attn_out).weight.shape[1] // head_dim
+    cross = CrossHeadRotation(heads, head_dim, seed + 3) if online_o_proj else None
+    cross_matrix = cross.matrix(device) if cross is not None else None
     embed.weight.data = (embed.weight.data.double() @ residual.to(embed.weight.device)).to(embed.weight.dtype)
     for layer in layers:
         get = layer.get_submodule
@@ -137,35 +205,64 @@ def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0) -> dict:
         for path in (adapter.attn_out, adapter.mlp_down):
             _output_side(get(path), residual)
         v, o = get(adapter.attn_v), get(adapter.attn_out)
-        _output_side(v, _head_diag(head_rotation, v.weight.shape[0] // head_dim))
-        _input_side(o, _head_diag(head_rotation, o.weight.shape[1] // head_dim))
+        _output_side(v, _head_diag(head_matrix, v.weight.shape[0] // head_dim))
+        o_rotation = _head_diag(head_matrix, o.weight.shape[1] // head_dim)
+        if cross_matrix is not None:  # the hook feeds x·G, so W_o·R·G restores W_o on the per-head-rotated input
+            o_rotation = o_rotation @ cross_matrix
+        _input_side(o, o_rotation)
         _input_side(get(adapter.mlp_down), online_matrix)
     final_norm = first_module(model, adapter.final_norm)
     _fuse_norm(final_norm, [head])
     _input_side(head, residual)
-    install_online_rotations(model, adapter, online)
-    return {"residual_seed": seed, "head_seed": seed + 1, "online_down_proj_seed": seed + 2,
-            "hidden": hidden, "intermediate": intermediate, "head_dim": head_dim}
+    install_online_rotations(model, adapter, online, cross)
+    kinds = {"residual": residual_rotation.kind, "head": head_rotation.kind, "down_proj": online.kind}
+    record = {"residual_seed": seed, "head_seed": seed + 1, "online_down_proj_seed": seed + 2,
+              "hidden": hidden, "intermediate": intermediate, "head_dim": head_dim}
+    if cross is not None:
+        kinds["o_proj"] = cross.kind
+        record["online_o_proj"] = {"heads": heads, "head_dim": head_dim, "seed": seed + 3}
+    record["hadamard"] = kinds
+    log.info("rotation: %s", ", ".join(f"{name} {kind}" for name, kind in kinds.items()))
+    return record
 
 
-def install_online_rotations(model: nn.Module, adapter: ArchAdapter, online: OrthogonalRotation) -> list:
-    """Forward pre-hooks rotating down_proj's input by Q_int (the weights already hold W·Q_int)."""
+def online_rotations(rotation: dict) -> tuple[OrthogonalRotation, CrossHeadRotation | None]:
+    """The online rotations a `rotate_model` record describes (down_proj's, and o_proj's or None). A record without
+    "hadamard" predates exact Hadamards: its down_proj rotation is rebuilt kron-orthogonal, as it was made."""
+    kinds = rotation.get("hadamard") or {}
+    down = OrthogonalRotation(rotation["intermediate"], rotation["online_down_proj_seed"],
+                              kinds.get("down_proj", KRON), signs=False)
+    cross = None
+    if rotation.get("online_o_proj"):
+        spec = rotation["online_o_proj"]
+        cross = CrossHeadRotation(spec["heads"], spec["head_dim"], spec["seed"], kinds.get("o_proj", "auto"))
+    return down, cross
+
+
+def install_online_rotations(model: nn.Module, adapter: ArchAdapter, online: OrthogonalRotation,
+                             cross: CrossHeadRotation | None = None) -> list:
+    """Forward pre-hooks rotating down_proj's input by Q_int (the weights already hold W·Q_int) and, with `cross`,
+    o_proj's input by G (its weight holds W_o·R·G)."""
     handles = []
     for layer in get_layers(model, adapter):
-        down = layer.get_submodule(adapter.mlp_down)
-        down.iclrkit_online_rotation = online
-        handles.append(down.register_forward_pre_hook(lambda mod, args: (online.apply(args[0]), *args[1:])))
+        targets = [(adapter.mlp_down, online)] + ([(adapter.attn_out, cross)] if cross is not None else [])
+        for path, rotation in targets:
+            module = layer.get_submodule(path)
+            module.iclrkit_online_rotation = rotation
+            handles.append(module.register_forward_pre_hook(
+                lambda mod, args, rotation=rotation: (rotation.apply(args[0]), *args[1:])))
     return handles
 
 
 def fold_online_rotations(model: nn.Module, adapter: ArchAdapter) -> None:
-    """Undo the online rotation for export to a plain HF model: W_down ← W_down·Q_intᵀ, hooks removed."""
+    """Undo the online rotations for export to a plain HF model: W ← W·Qᵀ (down_proj, o_proj), hooks removed."""
     for layer in get_layers(model, adapter):
-        down = layer.get_submodule(adapter.mlp_down)
-        online = getattr(down, "iclrkit_online_rotation", None)
-        if online is None:
-            continue
-        weight = down.weight.data
-        down.weight.data = (weight.double() @ online.matrix(weight.device).t()).to(weight.dtype)
-        down._forward_pre_hooks.clear()
-        del down.iclrkit_online_rotation
+        for path in (adapter.mlp_down, adapter.attn_out):
+            module = layer.get_submodule(path)
+            online = getattr(module, "iclrkit_online_rotation", None)
+            if online is None:
+                continue
+            weight = module.weight.data
+            module.weight.data = (weight.double() @ online.matrix(weight.device).t()).to(weight.dtype)
+            module._forward_pre_hooks.clear()
+            del module.iclrkit_online_rotation

@@ -34,9 +34,14 @@ def _rotation(metadata: dict) -> str:
     rotation = metadata.get("rotation")
     if not rotation:
         return "none"
-    return (f"QuaRot-style orthogonal rotation fused into the weights (residual seed {rotation.get('residual_seed')}, "
+    kinds = rotation.get("hadamard") or {"residual": "kron-orthogonal", "head": "kron-orthogonal",
+                                         "down_proj": "kron-orthogonal"}  # records before exact Hadamards
+    text = (f"QuaRot-style orthogonal rotation fused into the weights (residual seed {rotation.get('residual_seed')}, "
             f"head seed {rotation.get('head_seed')}); the online rotation before down_proj "
             f"(seed {rotation.get('online_down_proj_seed')}, width {rotation.get('intermediate')})")
+    if rotation.get("online_o_proj"):
+        text += f"; the online cross-head rotation before o_proj ({rotation['online_o_proj'].get('heads')} heads)"
+    return text + " — " + ", ".join(f"{name}: {kind}" for name, kind in kinds.items())
 
 
 def card_text(kind: str, q, summary: dict, info: dict, path: Path) -> str:
@@ -64,8 +69,9 @@ def card_text(kind: str, q, summary: dict, info: dict, path: Path) -> str:
     lines.append("")
     notes = list(info.get("notes", []))
     if kind == "compressed-tensors" and summary.get("folded_down_proj"):
-        notes.append("The online rotation before each down_proj is not a format transform (it is (D·H_p)⊗B, not a "
-                     "true Hadamard for every width), so those down_proj linears are folded (W·Q_intᵀ) and stored "
+        notes.append("The online rotation before each down_proj is not written as a format transform (an exact "
+                     "Hadamard where one is constructed for the width, else (D·H_p)⊗B), so those down_proj linears "
+                     "are folded (W·Q_intᵀ) and stored "
                      "unquantized in float32 (listed in `quantization_config.ignore`); every other block linear is "
                      "packed INT. The reload reproduces iclrkit's in-memory logits.")
     if kind == "gguf":

@@ -11,9 +11,9 @@ Symmetric grids need no zero point. Pruned weights are code 0 (stored as 8 for 4
 is reproduced exactly. `config.json` gets `quantization_config` with the fields `ModelCompressor.update_config`
 writes (version, quant_method, sparsity_config, transform_config, and the `QuantizationConfig` dump).
 
-Offline rotations are already in the weights. The online Hadamard before down_proj (rotated models) is not a true
-Hadamard here for every width (QuaRot-style (D·H_p) ⊗ B), so it is not expressible in the format's transform
-config: those down_proj linears are folded (W·Q_intᵀ) and kept unquantized, stored float32 so the reload is exact,
+Offline rotations are already in the weights. The online rotation before down_proj (rotated models) is an exact
+Hadamard only where one is constructed for the width (else (D·H_p) ⊗ B, and files written before 2026-12-03 always
+the latter), so it is not written in the format's transform config: those down_proj linears are folded (W·Q_intᵀ) and kept unquantized, stored float32 so the reload is exact,
 and listed in `ignore`; the model card says so. Models with quantized activations or KV cache are refused: the
 engines would run them with 16-bit activations, a different model from the one iclrkit evaluated.
 """
