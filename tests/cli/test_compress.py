@@ -17,6 +17,12 @@ def test_obr_end_to_end_on_tiny_llama(cli, tiny_llama_dir, text_file, tmp_path, 
     metrics = record["metrics"]
     assert metrics["rotated"] is True and metrics["ppl"] > 1 and 0.45 < metrics["sparsity"] < 0.6
     assert record["config"]["alpha"] == 0.5 and record["config"]["a_bits"] == 4
+    # QuaRot-faithful defaults: KV4 symmetric per token over all heads; exact Hadamards (hidden 32, intermediate 64,
+    # 4 heads); with a_bits < 16 the online cross-head Hadamard before o_proj
+    assert record["config"]["kv_quant"] == "token-sym"
+    assert metrics["hadamard"] == {"residual": "exact", "head": "exact", "down_proj": "exact", "o_proj": "exact"}
+    stored = json.loads((out / "packed" / "quantization_config.json").read_text())
+    assert stored["kv_quant"] == "token-sym" and stored["rotation"]["online_o_proj"]["heads"] == 4
     from transformers import AutoModelForCausalLM
 
     from toolkit.compress.packed import load_packed
@@ -103,6 +109,7 @@ def bloom_dir(tmp_path_factory, tiny_tokenizer):
     (["--sparsity", "1.0"], "sparsity"),
     (["--w-bits", "9"], "bits"),
     (["--a-bits", "1"], "bits"),
+    (["--kv-quant", "per-channel"], "kv_quant"),
     (["--nm", "4:4"], "N < M"),
     (["--set", "alpha=1.5"], "alpha"),
     (["--data", "SHORT"], "shorter than one window"),

@@ -17,8 +17,12 @@ from toolkit.core.registry import declare
 declare("compress", "toolkit.compress.methods")  # every module there registers its method(s)
 
 # the config fields every compress command offers as flags (a method adds its own, e.g. OBR's alpha and mode)
-BASE_FLAGS = ["model", "data", "eval_data", "w_bits", "a_bits", "kv_bits", "sparsity", "nm", "group_size",
+BASE_FLAGS = ["model", "data", "eval_data", "w_bits", "a_bits", "kv_bits", "kv_quant", "sparsity", "nm", "group_size",
               "nsamples", "seqlen", "rotate"]
+
+# the KV-cache quantizer (toolkit.compress.quant.kv_quant_params): token-sym = QuaRot's KV4 (symmetric, one scale per
+# token over all KV heads); head-asym = asymmetric min/max per token and head (the only scheme before 2026-12-03)
+KvQuant = Literal["token-sym", "head-asym"]
 
 
 class CompressConfig(BaseConfig):
@@ -36,6 +40,9 @@ class CompressConfig(BaseConfig):
     # lm_head stays 16-bit; simulated on CPU
     a_bits: int = Field(16, description="Activation bits, per token, for every block linear (2-8; 16 = off).")
     kv_bits: int = Field(16, description="KV-cache bits (K after RoPE, V) (2-8; 16 = off).")
+    kv_quant: KvQuant = Field("token-sym", description="KV-cache quantizer: token-sym (QuaRot: symmetric, one scale "
+                                                       "per token over all heads) | head-asym (asymmetric, per token "
+                                                       "and head).")
     sparsity: float = Field(0.0, description="Unstructured sparsity per output row, [0, 1).")
     nm: str | None = Field(None, description="N:M structured sparsity, e.g. 2:4 or 4:8 (overrides --sparsity).")
     nsamples: int = Field(128, gt=0, description="Calibration windows.")

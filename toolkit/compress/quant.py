@@ -7,16 +7,21 @@
   column) when the groups follow the activation order (GPTQ `actorder=group`).
 - Activations: per token, symmetric (QuaRot's A4 default, clip ratio 1.0), simulated (fake quant) on CPU with the
   quantizer the INT4 kernels run (`toolkit.ops.int4.per_token_codes`: codes in ±(2^{b−1}−1), e.g. ±7 at 4 bits).
-- KV cache: per token and head, asymmetric; K is quantized after RoPE, V as it enters attention.
+- KV cache (`kv_quant`): "token-sym" (default, QuaRot's KV4: symmetric, one scale per token over the whole K or V
+  row, i.e. all KV heads, codes in ±(2^{b−1}−1), clip 1.0) or "head-asym" (asymmetric min/max per token and head, the
+  only scheme before 2026-12-03). K is quantized after RoPE (and after the head-dim Hadamard on rotated models), V as
+  it enters attention.
 """
 
 from __future__ import annotations
 
 import contextlib
+import typing
 from dataclasses import dataclass
 
 import torch
 
+from toolkit.compress.config import KvQuant
 from toolkit.core.errors import BadInputError
 from toolkit.ops.int4 import per_token_codes
 
@@ -129,6 +134,35 @@ def fake_quant_asym(x: torch.Tensor, bits: int) -> torch.Tensor:
     return (torch.clamp(torch.round(x / scale) + zero, 0, levels) - zero) * scale
 
 
+KV_MODES = typing.get_args(KvQuant)  # declared once, on CompressConfig.kv_quant
+
+
+def kv_quant_params(x: torch.Tensor, bits: int, mode: str = "token-sym") -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The KV quantizer's (scale, zero point or None) for K or V laid out [batch, kv_heads, seq, head_dim]:
+    "token-sym": scale [batch, 1, seq, 1] = max over all heads and head_dim of |x| / (2^{b−1}−1) (1 for an all-zero
+    token), no zero point; "head-asym": scale and zero [batch, kv_heads, seq, 1] from each head's min/max."""
+    if mode == "token-sym":
+        top = max_code(bits)
+        amax = x.abs().amax(dim=(1, 3), keepdim=True)
+        return torch.where(amax > 0, amax / top, torch.ones_like(amax)), None
+    if mode == "head-asym":
+        levels = 2 ** bits - 1
+        low, high = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)
+        scale = ((high - low) / levels).clamp(min=1e-8)
+        return scale, torch.round(-low / scale)
+    raise BadInputError(f"unknown KV quantizer {mode!r}; choose one of {', '.join(KV_MODES)}")
+
+
+def fake_quant_kv(x: torch.Tensor, bits: int, mode: str = "token-sym") -> torch.Tensor:
+    """Fake-quantize K or V [batch, kv_heads, seq, head_dim] with `kv_quant_params`' grid, in x's dtype."""
+    if bits >= 16:
+        return x
+    if mode == "head-asym":
+        return fake_quant_asym(x, bits)  # the same grid as kv_quant_params' (bit-identical to before 2026-12-03)
+    scale, _ = kv_quant_params(x, bits, mode)
+    return torch.clamp(torch.round(x / scale), -max_code(bits), max_code(bits)) * scale
+
+
 @contextlib.contextmanager
 def activation_quant(model, linear_paths: list[str], bits: int, clip_ratio: float = 1.0):
     """Fake-quantize the input of each listed linear per token (lm_head is never listed: it stays 16-bit)."""
@@ -160,15 +194,18 @@ def _kv_quant_attention(module, query, key, value, attention_mask, **kwargs):
         from toolkit.ops.hadamard import fwht
 
         query, key = fwht(query.contiguous()), fwht(key.contiguous())
-    key = fake_quant_asym(key, settings["k_bits"])
-    value = fake_quant_asym(value, settings["v_bits"])
+    key = fake_quant_kv(key, settings["k_bits"], settings["mode"])
+    value = fake_quant_kv(value, settings["v_bits"], settings["mode"])
     return ALL_ATTENTION_FUNCTIONS[settings["inner"]](module, query, key, value, attention_mask, **kwargs)
 
 
 @contextlib.contextmanager
-def kv_cache_quant(model, attention_modules: list, k_bits: int, v_bits: int, hadamard: bool):
+def kv_cache_quant(model, attention_modules: list, k_bits: int, v_bits: int, hadamard: bool,
+                   mode: str = "token-sym"):
     """Route attention through `_kv_quant_attention` while the block is active (models using the HF attention
-    interface: Llama, Qwen, Mistral, GPT-2)."""
+    interface: Llama, Qwen, Mistral, GPT-2); `mode` is the KV quantizer (`kv_quant_params`)."""
+    if mode not in KV_MODES:
+        raise BadInputError(f"unknown KV quantizer {mode!r}; choose one of {', '.join(KV_MODES)}")
     if k_bits >= 16 and v_bits >= 16:
         yield
         return
@@ -180,7 +217,7 @@ def kv_cache_quant(model, attention_modules: list, k_bits: int, v_bits: int, had
     if inner == _KV_ATTENTION:
         raise BadInputError("KV quantization is already active on this model")
     for module in attention_modules:
-        module.iclrkit_kv = {"k_bits": k_bits, "v_bits": v_bits, "hadamard": hadamard, "inner": inner}
+        module.iclrkit_kv = {"k_bits": k_bits, "v_bits": v_bits, "hadamard": hadamard, "inner": inner, "mode": mode}
     config._attn_implementation = _KV_ATTENTION
     try:
         yield

@@ -179,7 +179,9 @@ def quant_hooks(model, adapter, metadata: dict) -> contextlib.ExitStack:
     linears = ModelView(model, adapter).block_linear_paths()
     attention = [layer.get_submodule(adapter.attn_out.rsplit(".", 1)[0]) for layer in layers]
     stack.enter_context(activation_quant(model, linears, a_bits, float(metadata.get("a_clip_ratio", 1.0))))
-    stack.enter_context(kv_cache_quant(model, attention, kv_bits, kv_bits, hadamard=bool(metadata.get("rotation"))))
+    # files written before kv_quant existed used the per-head asymmetric quantizer
+    stack.enter_context(kv_cache_quant(model, attention, kv_bits, kv_bits, hadamard=bool(metadata.get("rotation")),
+                                       mode=metadata.get("kv_quant", "head-asym")))
     return stack
 
 
