@@ -1,39 +1,10 @@
 import json
-import re
 
 import pytest
 
 from toolkit.bench import fixtures
+from toolkit.bench.scripted import scripted_agent_reply, scripted_vlm
 from toolkit.llm.server import LoopbackServer
-
-ITEMS = fixtures.VIDEOMATHQA_ITEMS
-WRONG_DIRECT = {4, 5}  # questions the scripted model gets wrong when answering directly
-CORRECT_TEXT = {q: opts["ABCDE".index(a)] for q, opts, a, *_ in ITEMS}
-
-
-def item_of(prompt: str) -> int:
-    return next(i for i, item in enumerate(ITEMS) if item[0] in prompt)
-
-
-def scripted_vlm(prompt: str) -> str:
-    if "SCORE_CARD" in prompt:  # step judge: 10 for q0, 4 for q1, unparsable otherwise
-        score = {0: 10, 1: 4}.get(item_of(prompt))
-        return f'SCORE_CARD: {{"matched_steps": "1/2", "final_answer_correct": 1, "critique": "ok", "score": {score}}}' \
-            if score is not None else "I refuse to grade."
-    if "The model response is:" in prompt:  # CoT letter extractor
-        final = re.search(r"FINAL=(\S)", prompt)[1]
-        return final if final != "?" else "None"
-    number = item_of(prompt)
-    question, options, answer = ITEMS[number][:3]
-    options_shown = re.findall(r"^([A-E])\. (.*)$", prompt, re.M)
-    if len(options_shown) == 2:  # multi-binary: right on every pair except q2's first pair
-        right = next(letter for letter, text in options_shown if text == CORRECT_TEXT[question])
-        wrong = next(letter for letter, text in options_shown if text != CORRECT_TEXT[question])
-        return f"The best answer is {wrong if number == 2 and '. 11' in prompt else right}"
-    guess = answer if number not in WRONG_DIRECT else ("A" if answer != "A" else "B")
-    if "think step by step" in prompt:
-        return f"Let me think. The total follows. FINAL={'?' if number == 3 else guess}"
-    return f"The best answer is {guess}."
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +64,6 @@ def test_videomathqa_cot_with_extractor_fallback_and_step_judge(cli, data_dir, t
     assert metrics["accuracy"] == 50.0 and metrics["extractor_failures"] == 1
     assert metrics["step_score"] == pytest.approx(14 / 6) and metrics["step_score_judge_errors"] == 4
     assert metrics["modality"].startswith("text-only")
-
-
-def scripted_agent_reply(prompt: str) -> str:
-    from tests.unit.test_bench_mmsearch import scripted_agent
-
-    if prompt.startswith("You grade answers"):
-        return "NOT_ATTEMPTED" if "Predicted answer: unknown" in prompt else "CORRECT"
-    return scripted_agent(prompt, [])
 
 
 def test_mmsearch_four_modes_through_loopback(cli, data_dir, tmp_path):

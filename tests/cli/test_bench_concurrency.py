@@ -12,8 +12,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.cli.test_bench_cli import scripted_agent_reply, scripted_vlm
 from toolkit.bench import fixtures
+from toolkit.bench.scripted import scripted_agent_reply, scripted_vlm
 from toolkit.llm.server import LoopbackServer
 
 

@@ -11,6 +11,7 @@ from PIL import Image
 from toolkit.bench import agent as ag
 from toolkit.bench import fixtures
 from toolkit.bench import mmsearch as ms
+from toolkit.bench.scripted import scripted_agent
 from toolkit.core.errors import BadInputError
 
 
@@ -87,25 +88,6 @@ def test_offline_search_finds_the_page_of_a_crop(fixture_dir):
     assert search.image_search(collage, 1)[0]["url"].endswith("collection-3")
     assert search.text_search("Quito", 5)[0]["snippet"].endswith("Quito.")
     assert search.text_search("zzzz", 5) == []
-
-
-def scripted_agent(prompt: str, images) -> str:
-    """Policy: crop the asked quarter's mark, search the crop, open the first result, read the city."""
-    if "Tools" not in prompt:
-        return "<answer>unknown</answer>"
-    last = prompt.rsplit("<observation>", 1)[1] if "<observation>" in prompt else None
-    if last is None:
-        if "Numbered marks" in prompt:
-            quarter = next(q for q in fixtures.QUARTERS if f"the {q} quarter" in prompt)
-            return f'<tool>{{"name": "crop", "args": {{"image": "img_1", "mark": {fixtures.QUARTERS.index(quarter) + 1}}}}}</tool>'
-        return '<tool>{"name": "image_search", "args": {"image": "img_1"}}</tool>'
-    if "created crop_" in last:
-        return '<tool>{"name": "image_search", "args": {"image": "crop_1"}}</tool>'
-    if "[1] " in last:
-        url = last.split("(", 1)[1].split(")", 1)[0]
-        return json.dumps({"note": "open"}) + f'<tool>{{"name": "fetch", "args": {{"url": "{url}"}}}}</tool>'
-    found = [w.split()[0].rstrip(".") for w in last.split("stands in ")[1:]]
-    return f"<answer>{found[0] if found else 'unknown'}</answer>"
 
 
 def test_scripted_agent_reaches_the_answer_with_set_of_marks(fixture_dir):
