@@ -126,3 +126,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def bench_data(tmp_path_factory) -> Path:
+    """`iclrkit bench fixtures`' synthetic VideoMathQA and MMSearch-Plus sets, written once per session."""
+    from toolkit.bench import fixtures
+
+    root = tmp_path_factory.mktemp("bench-fx")
+    fixtures.write_videomathqa(root / "videomathqa")
+    fixtures.write_mmsearch(root / "mmsearch")
+    return root

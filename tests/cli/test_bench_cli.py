@@ -2,17 +2,8 @@ import json
 
 import pytest
 
-from toolkit.bench import fixtures
 from toolkit.bench.scripted import scripted_agent_reply, scripted_vlm
 from toolkit.llm.server import LoopbackServer
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fx")
-    fixtures.write_videomathqa(root / "videomathqa")
-    fixtures.write_mmsearch(root / "mmsearch")
-    return root
 
 
 def run_json(out):
@@ -26,13 +17,13 @@ def test_fixtures_command_writes_both_sets(cli, tmp_path):
     assert (tmp_path / "fx" / "mmsearch" / "corpus" / "pages.jsonl").is_file()
 
 
-def test_videomathqa_direct_mcq_and_mbin_through_loopback(cli, data_dir, tmp_path):
+def test_videomathqa_direct_mcq_and_mbin_through_loopback(cli, bench_data, tmp_path):
     server = LoopbackServer(reply=scripted_vlm)
     with server as url:
         model = f"openai:vlm@{url}"
-        mcq = cli(["bench", "videomathqa", "-m", model, "-d", data_dir / "videomathqa", "--frame-num", 4,
+        mcq = cli(["bench", "videomathqa", "-m", model, "-d", bench_data / "videomathqa", "--frame-num", 4,
                    "--subtitles", "-o", tmp_path / "mcq"])
-        mbin = cli(["bench", "videomathqa", "-m", model, "-d", data_dir / "videomathqa", "--task", "mbin",
+        mbin = cli(["bench", "videomathqa", "-m", model, "-d", bench_data / "videomathqa", "--task", "mbin",
                     "--frame-num", 2, "-o", tmp_path / "mbin"])
     assert mcq.exit_code == 0 and mbin.exit_code == 0, mcq.stderr + mbin.stderr
     metrics = run_json(tmp_path / "mcq")["metrics"]
@@ -53,10 +44,10 @@ def test_videomathqa_direct_mcq_and_mbin_through_loopback(cli, data_dir, tmp_pat
     assert len(lines) == 24
 
 
-def test_videomathqa_cot_with_extractor_fallback_and_step_judge(cli, data_dir, tmp_path):
+def test_videomathqa_cot_with_extractor_fallback_and_step_judge(cli, bench_data, tmp_path):
     with LoopbackServer(reply=scripted_vlm) as url:
         model = f"openai:vlm@{url}"
-        result = cli(["bench", "videomathqa", "-m", model, "-d", data_dir / "videomathqa", "--cot",
+        result = cli(["bench", "videomathqa", "-m", model, "-d", bench_data / "videomathqa", "--cot",
                       "--judge-model", model, "--set", "use_images=false", "-o", tmp_path / "cot", "--json"])
     assert result.exit_code == 0, result.stderr
     metrics = json.loads(result.stdout)["metrics"]
@@ -66,8 +57,8 @@ def test_videomathqa_cot_with_extractor_fallback_and_step_judge(cli, data_dir, t
     assert metrics["modality"].startswith("text-only")
 
 
-def test_mmsearch_four_modes_through_loopback(cli, data_dir, tmp_path):
-    root = data_dir / "mmsearch"
+def test_mmsearch_four_modes_through_loopback(cli, bench_data, tmp_path):
+    root = bench_data / "mmsearch"
     with LoopbackServer(reply=scripted_agent_reply) as url:
         result = cli(["bench", "mmsearch", "-m", f"openai:vlm@{url}", "-d", root,
                       "--search", f"offline:{root / 'corpus' / 'pages.jsonl'}", "-o", tmp_path / "mms"])
@@ -95,12 +86,12 @@ def write(path, text):
 
 
 @pytest.mark.parametrize("case", ["missing", "malformed", "bad_letter", "bad_frames", "no_video"])
-def test_videomathqa_bad_input_exits_2(cli, data_dir, tmp_path, case):
-    good = json.loads((data_dir / "videomathqa" / "mcq.jsonl").read_text().splitlines()[0])
+def test_videomathqa_bad_input_exits_2(cli, bench_data, tmp_path, case):
+    good = json.loads((bench_data / "videomathqa" / "mcq.jsonl").read_text().splitlines()[0])
     data = {"missing": tmp_path / "nope.jsonl",
             "malformed": write(tmp_path / "m.jsonl", '{"question_id": 1,\n'),
             "bad_letter": write(tmp_path / "b.jsonl", json.dumps({**good, "answer": "F"})),
-            "bad_frames": data_dir / "videomathqa",
+            "bad_frames": bench_data / "videomathqa",
             "no_video": write(tmp_path / "v.jsonl", json.dumps({**good, "videoID": "absent"}))}[case]
     extra = ["--set", "frame_num=-3"] if case == "bad_frames" else []
     result = cli(["bench", "videomathqa", "-m", "openai:m@http://127.0.0.1:9/v1", "-d", data, *extra,
@@ -110,8 +101,8 @@ def test_videomathqa_bad_input_exits_2(cli, data_dir, tmp_path, case):
 
 
 @pytest.mark.parametrize("case", ["no_search_backend", "wrong_canary", "empty"])
-def test_mmsearch_bad_input_exits_2(cli, data_dir, tmp_path, case):
-    root = data_dir / "mmsearch"
+def test_mmsearch_bad_input_exits_2(cli, bench_data, tmp_path, case):
+    root = bench_data / "mmsearch"
     args = {"no_search_backend": ["-d", root, "--mode", "rollout"],
             "wrong_canary": ["-d", root, "--mode", "no_search", "--set", "canary=not-it"],
             "empty": ["-d", write(tmp_path / "e.jsonl", "\n"), "--mode", "no_search"]}[case]
@@ -121,10 +112,10 @@ def test_mmsearch_bad_input_exits_2(cli, data_dir, tmp_path, case):
     assert not (tmp_path / "out").exists()
 
 
-def test_dry_runs_plan_without_a_model(cli, data_dir):
-    vmqa = cli(["bench", "videomathqa", "-m", "zoo:absent", "-d", data_dir / "videomathqa", "--task", "mbin",
+def test_dry_runs_plan_without_a_model(cli, bench_data):
+    vmqa = cli(["bench", "videomathqa", "-m", "zoo:absent", "-d", bench_data / "videomathqa", "--task", "mbin",
                 "--dry-run"])
     assert vmqa.exit_code == 0 and json.loads(vmqa.stdout)["plan"]["rows"] == 24
-    mms = cli(["bench", "mmsearch", "-m", "zoo:absent", "-d", data_dir / "mmsearch", "--mode", "no_search",
+    mms = cli(["bench", "mmsearch", "-m", "zoo:absent", "-d", bench_data / "mmsearch", "--mode", "no_search",
                "--dry-run"])
     assert mms.exit_code == 0 and json.loads(mms.stdout)["plan"]["runs"] == 5

@@ -12,17 +12,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from toolkit.bench import fixtures
 from toolkit.bench.scripted import scripted_agent_reply, scripted_vlm
 from toolkit.llm.server import LoopbackServer
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fx")
-    fixtures.write_videomathqa(root / "videomathqa")
-    fixtures.write_mmsearch(root / "mmsearch")
-    return root
 
 
 def outputs(out):
@@ -41,9 +32,9 @@ def run_with_servers(cli, names, reply, concurrency, build_args):
     return servers
 
 
-def test_videomathqa_stages_keep_n_in_flight_with_identical_predictions(cli, data_dir, tmp_path):
+def test_videomathqa_stages_keep_n_in_flight_with_identical_predictions(cli, bench_data, tmp_path):
     def args(out, *extra):
-        return lambda spec: ["bench", "videomathqa", "-m", spec["answer"], "-d", data_dir / "videomathqa", "--cot",
+        return lambda spec: ["bench", "videomathqa", "-m", spec["answer"], "-d", bench_data / "videomathqa", "--cot",
                              "--extractor-model", spec["extract"], "--judge-model", spec["judge"],
                              "--set", "use_images=false", *extra, "-o", out]
 
@@ -59,8 +50,8 @@ def test_videomathqa_stages_keep_n_in_flight_with_identical_predictions(cli, dat
     assert record1["config"]["concurrency"] == 1 and record3["config"]["concurrency"] == 3
 
 
-def test_mmsearch_agents_and_judge_keep_n_in_flight_with_identical_predictions(cli, data_dir, tmp_path):
-    root = data_dir / "mmsearch"
+def test_mmsearch_agents_and_judge_keep_n_in_flight_with_identical_predictions(cli, bench_data, tmp_path):
+    root = bench_data / "mmsearch"
 
     def args(out, *extra):
         return lambda spec: ["bench", "mmsearch", "-m", spec["agent"], "-d", root, "--judge-model", spec["judge"],
@@ -79,11 +70,11 @@ def test_mmsearch_agents_and_judge_keep_n_in_flight_with_identical_predictions(c
     assert record4["config"]["concurrency"] == 4
 
 
-def test_concurrency_from_a_config_file_is_recorded(cli, data_dir, tmp_path):
+def test_concurrency_from_a_config_file_is_recorded(cli, bench_data, tmp_path):
     config = tmp_path / "bench.yaml"
     config.write_text("concurrency: 2\ntask: mbin\n")
     with LoopbackServer(reply=scripted_vlm, gate=2) as url:
-        server_args = ["-m", f"openai:vlm@{url}", "-d", data_dir / "videomathqa", "--set", "use_images=false"]
+        server_args = ["-m", f"openai:vlm@{url}", "-d", bench_data / "videomathqa", "--set", "use_images=false"]
         result = cli(["bench", "videomathqa", *server_args, "--config", config, "-o", tmp_path / "o", "--json"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["config"]["concurrency"] == 2
@@ -91,8 +82,8 @@ def test_concurrency_from_a_config_file_is_recorded(cli, data_dir, tmp_path):
 
 @pytest.mark.parametrize("command", ["videomathqa", "mmsearch"])
 @pytest.mark.parametrize("how", [["--concurrency", "0"], ["--set", "concurrency=0"], ["--set", "concurrency=-1"]])
-def test_concurrency_below_one_exits_2_and_writes_nothing(cli, data_dir, tmp_path, command, how):
-    result = cli(["bench", command, "-m", "openai:m@http://127.0.0.1:9/v1", "-d", data_dir / command, *how,
+def test_concurrency_below_one_exits_2_and_writes_nothing(cli, bench_data, tmp_path, command, how):
+    result = cli(["bench", command, "-m", "openai:m@http://127.0.0.1:9/v1", "-d", bench_data / command, *how,
                   "-o", tmp_path / "out"])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
