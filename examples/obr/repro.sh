@@ -74,6 +74,10 @@ open('$OUT/embedded-train.txt', 'w').write(train); open('$OUT/embedded-heldout.t
         [ "$name" = smollm2-135m ] && METHODS="obr-gptq llmcompressor-sparsegpt+gptq sparsegpt-gptq sparsegpt-two-stage" ;;
       w4a16) Q="--w-bits 4 --a-bits 16 --kv-bits 16"; S=""; METHODS="gptq llmcompressor-gptq" ;;
     esac
+    # ONLY_METHODS="obr-gptq sparsegpt-two-stage ..." keeps just those of the setting's methods (a partial run)
+    if [ -n "${ONLY_METHODS:-}" ]; then
+      METHODS=$(for m in $METHODS; do [[ " $ONLY_METHODS " == *" $m "* ]] && printf '%s ' "$m"; done; true)
+    fi
     dir="$OUT/$name/${setting/:/-}"
     # SmolLM2 W4A4KV4 has no peer row: a smaller calibration (16 x 256) keeps its five runs within the budget
     SETTING_COMMON=$COMMON
