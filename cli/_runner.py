@@ -15,12 +15,10 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from cli._ranks import check_ranks, owns_process_group, process_group, process_rank, rank_device
+
 ROOT_STATE: dict[str, Any] = {"device": None, "seed": None, "verbosity": 0, "offline": False, "threads": None,
                               "force": False}
-# Techniques whose run() shares work across the ranks of a torchrun / `accelerate launch` job (accelerate DDP);
-# every other technique runs on rank 0 only and ranks > 0 exit 2 saying so.
-MULTI_RANK = ("remove-ln", "unlearn.", "rag.deeprag.train")
-SINGLE_RANK_EXCEPTIONS = ("remove-ln.analyze", "unlearn.eval")
 # Techniques whose config key `threads` is torch's thread count (a benchmark's variable); the runner applies it.
 CONFIG_THREADS = ("segment.mbunet.bench", "study.cot")
 
@@ -174,44 +172,6 @@ def execute(
         fail(exc)
 
 
-def _process_rank() -> int:
-    """Rank under torchrun / `accelerate launch` (0 for a plain run)."""
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
-
-
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
-
-
-def supports_ranks(technique: str) -> bool:
-    if technique in SINGLE_RANK_EXCEPTIONS:
-        return False
-    return any(technique == name or (name.endswith(".") and technique.startswith(name)) for name in MULTI_RANK)
-
-
-def rank_device(device: str) -> str:
-    """Under a multi-process launch every rank takes its own GPU: `cuda` (or auto -> cuda) becomes cuda:LOCAL_RANK."""
-    if _world_size() > 1 and device == "cuda":
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0)}"
-    return device
-
-
-def check_ranks(technique: str, multi_rank: bool | None) -> None:
-    """A technique that cannot share its work across ranks refuses ranks > 0 instead of repeating the whole job."""
-    from toolkit.core.errors import BadInputError
-
-    world = _world_size()
-    if world <= 1 or (supports_ranks(technique) if multi_rank is None else multi_rank):
-        return
-    if _process_rank() > 0:
-        raise BadInputError(f"{technique} runs in one process; rank {_process_rank()} of {world} exits",
-                            "launch it without torchrun/accelerate (only rank 0 does the work)")
-    import logging
-
-    logging.getLogger("iclrkit").warning("%s runs in one process: rank 0 does the whole job, the other %d rank(s) "
-                                         "exit", technique, world - 1)
-
-
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
     """SIGTERM raises Terminated (a KeyboardInterrupt) so atomic_dir cleans up as it does for Ctrl-C."""
@@ -239,7 +199,7 @@ def _run_without_out(run, config, ctx, scratch: bool) -> None:
     if not scratch:
         run(config, ctx)
         return
-    with tempfile.TemporaryDirectory(prefix=f"iclrkit-rank{_process_rank()}-") as private:
+    with tempfile.TemporaryDirectory(prefix=f"iclrkit-rank{process_rank()}-") as private:
         ctx.out = Path(private)
         run(config, ctx)
 
@@ -264,13 +224,11 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out,
     from toolkit.core.context import (
         RUN_WARNINGS,
         RunContext,
-        atomic_dir,
         check_out_dir,
         resolve_device,
         seed_everything,
     )
     from toolkit.core.errors import BadInputError
-    from toolkit.core.report import build_run_record, write_run_files
 
     RUN_WARNINGS.clear()
     config = resolve_config(config_cls, common.config, common.set, flags)
@@ -296,10 +254,20 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out,
         check_out_dir(common.out, common.overwrite, [v for v in ctx.inputs.values() if isinstance(v, (str, Path))],
                       force=common.force or ROOT_STATE.get("force", False))
     seed_everything(seed)
+    with process_group(technique, device):
+        _run_and_record(technique, config, common, run, ctx, command)
+
+
+def _run_and_record(technique, config, common, run, ctx, command) -> None:
+    from toolkit.core.context import atomic_dir
+    from toolkit.core.report import build_run_record, write_run_files
+
     started, clock = dt.datetime.now(dt.timezone.utc), time.perf_counter()
-    if common.out is None or _process_rank() > 0:
-        _run_without_out(run, config, ctx, scratch=common.out is not None and _process_rank() > 0)
-        if _process_rank() > 0:
+    if common.out is None or process_rank() > 0:
+        # ranks > 0 of a PROCESS_GROUP technique know they write nothing; other multi-rank ones get a scratch --out
+        scratch = common.out is not None and process_rank() > 0 and not owns_process_group(technique)
+        _run_without_out(run, config, ctx, scratch=scratch)
+        if process_rank() > 0:
             return  # a non-zero rank of a multi-process launch: rank 0 writes --out and prints
         record = build_run_record(command=command, technique=technique, config=config.model_dump(mode="json"),
                                   ctx=ctx, started=started, duration_s=time.perf_counter() - clock, status="ok")

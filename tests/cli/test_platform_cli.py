@@ -146,7 +146,7 @@ def _toy_execute(tmp_path, technique, monkeypatch, env, multi_rank=None, device=
 
 
 def test_ranks_each_take_their_own_gpu_and_only_rank_zero_writes(tmp_path, monkeypatch, capsys):
-    import cli._runner as runner
+    import cli._ranks as ranks
     import toolkit.core.context as context
 
     monkeypatch.setattr(context, "resolve_device", lambda requested: "cuda")
@@ -156,8 +156,10 @@ def test_ranks_each_take_their_own_gpu_and_only_rank_zero_writes(tmp_path, monke
     assert not (tmp_path / "out").exists() and capsys.readouterr().out == ""
     seen = _toy_execute(tmp_path, "toy.shared", monkeypatch, {"RANK": "0", "LOCAL_RANK": "0"}, multi_rank=True)
     assert seen["device"] == "cuda:0" and (tmp_path / "out" / "run.json").exists()
-    assert runner.supports_ranks("remove-ln") and runner.supports_ranks("unlearn.prism")
-    assert not runner.supports_ranks("unlearn.eval") and not runner.supports_ranks("compress.obr")
+    assert ranks.supports_ranks("remove-ln") and ranks.supports_ranks("unlearn.prism")
+    assert ranks.supports_ranks("compress.obr") and ranks.owns_process_group("compress.gptq")
+    assert not ranks.supports_ranks("unlearn.eval") and not ranks.supports_ranks("compress.bench")
+    assert not ranks.owns_process_group("remove-ln") and not ranks.owns_process_group("compress.bench")
 
 
 def test_threads_option_and_env_set_torch_once(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ def _on_block(adapter, record):
     from toolkit.compress.quant import fit_weight_scale
     from toolkit.compress.solvers import damp_hessian, gptq
     from toolkit.models.adapters import linear_weight, set_linear_weight
-    from toolkit.nn.pipeline import shared_solves
+    from toolkit.nn.distributed import shared_solves
 
     def on_block(step):
         for group in adapter.sequential_groups():

@@ -90,7 +90,9 @@ def plan(config: CompressConfig, ctx) -> dict:
     from toolkit.models.source import load_model
 
     if config.onload:
-        return _plan_onloaded(config, ctx)
+        from toolkit.compress.onloaded import plan_onloaded
+
+        return plan_onloaded(config, ctx)
     model, _ = load_model(config.model, "cpu", None, with_tokenizer=False)
     adapter = adapter_for(model)
     layers = get_layers(model, adapter)
@@ -116,9 +118,17 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     from toolkit.compress.quant import activation_quant, kv_cache_quant
     from toolkit.models.adapters import ModelView, adapter_for, get_layers
     from toolkit.models.source import load_model
+    from toolkit.nn.distributed import dist_info, ranks_metric
 
+    if ctx.resume and ranks_metric():
+        from toolkit.core.errors import BadInputError
+
+        raise BadInputError("--resume continues a one-process run; it cannot be split across torchrun ranks",
+                            "resume without torchrun, or start afresh without --resume")
     if config.onload:
-        return _run_compress_onloaded(config, ctx)
+        from toolkit.compress.onloaded import run_compress_onloaded
+
+        return run_compress_onloaded(resolve_actorder(config, False, ctx), ctx, _calibration, _compress_all)
 
     # the model (and its forwards) in --dtype; Hessians and solves in solve_dtype; weights written back in --dtype
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
@@ -145,7 +155,10 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     block_linears = ModelView(model, adapter).block_linear_paths()
     ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3), "rotated": rotate,
                         "linears": len(block_linears), "sparsity": round(kept, 4),
-                        "calibration_windows": int(windows.shape[0]), "seqlen": int(windows.shape[1])})
+                        "calibration_windows": int(windows.shape[0]), "seqlen": int(windows.shape[1]),
+                        **ranks_metric()})
+    if dist_info()[0] > 0:  # under torchrun every rank holds the same compressed model: rank 0 evaluates and writes
+        return ctx.metrics
     if config.eval_data:
         from toolkit.data.text import load_text, tokenize
         from toolkit.eval.perplexity import perplexity
@@ -171,6 +184,7 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
     from safetensors.torch import load_file, save_file
 
     from toolkit.models.adapters import layers_path, linear_weight, set_linear_weight
+    from toolkit.nn.distributed import dist_info
     from toolkit.nn.pipeline import run_sequential
 
     dtype = getattr(torch, config.solve_dtype)
@@ -178,11 +192,15 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
     scales: dict[str, torch.Tensor] = {}
     g_idx: dict[str, torch.Tensor] = {}
     counts = {"kept": 0, "total": 0}
-    checkpoints = ctx.checkpoint_dir if ctx.out is not None else None
+    checkpoints = ctx.checkpoint_dir if ctx.out is not None and dist_info()[0] == 0 else None
 
     def hessians(step, firsts):
-        """One calibration forward (stopped after the last listed linear): H of each listed linear's input."""
-        return [a.H for a in step.input_hessians(firsts, adapter.conv1d, dtype)]
+        """One calibration forward (stopped after the last listed linear): H of each listed linear's input, over
+        every rank's windows under torch.distributed (sums and counts all-reduced; a no-op in one process)."""
+        accumulators = step.input_hessians(firsts, adapter.conv1d, dtype)
+        for accumulator in accumulators:
+            accumulator.all_reduce()
+        return [a.H for a in accumulators]
 
     def on_block(step):
         block_scales = {}
@@ -240,89 +258,36 @@ def _solve_group(weights, H, config, dtype) -> list:
     """[(Ŵ, grid)] for the linears of one sequential group (they share the input, so H). GPTQ is row by row given H,
     so for methods registered with `stack_rows` (GPTQ) the group's weights are stacked by rows and solved in one column loop (one damped Cholesky, one
     H⁻¹ factor, a third of the loop iterations for q/k/v), then split back; the other methods choose masks over
-    whole blocks of a linear (SparseGPT, the two-stage baseline) and run one linear at a time."""
+    whole blocks of a linear (SparseGPT, the two-stage baseline) and run one linear at a time.
+
+    Under torch.distributed the solves are shared out (`share_out`: linear j on rank j mod world, results
+    broadcast), so every rank ends with the same weights and grids; one process solves them all."""
     import torch
 
-    from toolkit.compress.quant import WeightGrid
+    from toolkit.nn.distributed import share_out
+
+    def solve(w):
+        new, _, grid = compress_linear(w, H, config, config.percdamp)
+        return new, *(_grid_parts(grid))
 
     if not registry("compress").get(config.method).meta.get("stack_rows") or len(weights) == 1:
-        return [compress_linear(w.to(dtype), H, config, config.percdamp)[::2] for w in weights]
+        solved = share_out([lambda w=w: solve(w.to(dtype)) for w in weights])
+        return [(new, _grid_of(*parts)) for new, *parts in solved]
     rows = [weight.shape[0] for weight in weights]
-    new, _, grid = compress_linear(torch.cat([weight.to(dtype) for weight in weights]), H, config, config.percdamp)
+    (new, *parts), = share_out([lambda: solve(torch.cat([weight.to(dtype) for weight in weights]))])
+    grid = _grid_of(*parts)
     if grid is None:
         return [(part, None) for part in new.split(rows)]
-    return [(part, WeightGrid(scales, grid.group_size, grid.g_idx))
+    return [(part, _grid_of(scales, grid.group_size, grid.g_idx))
             for part, scales in zip(new.split(rows), grid.scales.split(rows))]
 
 
-# -- onload=true: per-block onloading from a local safetensors directory (toolkit/models/lazy.py) ----------------
-
-def _onload_source(config):
-    from toolkit.core.errors import BadInputError
-    from toolkit.models.lazy import is_safetensors_dir
-    from toolkit.models.source import resolve_model_path
-
-    source = resolve_model_path(config.model)
-    if not is_safetensors_dir(source):
-        raise BadInputError(f"onload=true needs a local model directory of safetensors files, got {config.model}",
-                            "save the model with save_pretrained first, or drop onload=true")
-    if config.rotate:
-        raise BadInputError("rotate=true needs the whole model in memory; onload=true compresses unrotated",
-                            "set rotate=false with onload=true")
-    if config.embed_bits < 16:
-        raise BadInputError("embed_bits < 16 is not available with onload=true", "keep embed_bits=16")
-    return source
+def _grid_parts(grid) -> tuple:
+    """A WeightGrid (or None) as plain parts that `share_out` broadcasts: (scales, group_size, g_idx)."""
+    return (None, None, None) if grid is None else (grid.scales, grid.group_size, grid.g_idx)
 
 
-def _plan_onloaded(config, ctx) -> dict:
-    """--dry-run with onload=true: the memory plan from config.json alone (no weight is read)."""
-    import torch
+def _grid_of(scales, group_size, g_idx):
+    from toolkit.compress.quant import WeightGrid
 
-    from toolkit.models.memory import plan_memory
-
-    source = _onload_source(config)
-    memory = plan_memory(source, nsamples=config.nsamples, seqlen=config.seqlen, device=ctx.device,
-                         compute_dtype=ctx.torch_dtype or torch.float32,
-                         hessian_dtype=getattr(torch, config.solve_dtype))
-    return {"method": config.method, "onload": True, "blocks": memory["blocks"], "memory": memory,
-            "not_available_with_onload": ["rotation", "perplexity eval (run `iclrkit eval ppl` on the output)",
-                                          "packed export", "--resume"]}
-
-
-def _run_compress_onloaded(config, ctx) -> dict:
-    """compress with one block in memory: the blocks are read from the shards, compressed with the same on_block as
-    the resident path and written to <out>/model as they finish (dense fake-quant export)."""
-    import torch
-
-    from toolkit.compress.outputs import finish_onloaded_export
-    from toolkit.core.context import warn_and_record
-    from toolkit.models.lazy import LazyModel
-    from toolkit.models.source import load_tokenizer
-
-    source = _onload_source(config)
-    config = resolve_actorder(config, False, ctx)
-    if config.rotate is None:
-        warn_and_record("onload=true compresses unrotated (rotation needs the whole model)")
-    if config.eval_data:
-        warn_and_record("onload=true skips the perplexity eval (it needs the whole model): run `iclrkit eval ppl` "
-                        "on <out>/model")
-    if config.export in ("both", "packed"):
-        warn_and_record("onload=true writes the dense export only (packed export needs the whole model)")
-    lazy = LazyModel(source, dtype=ctx.torch_dtype or torch.float32)
-    tokenizer = load_tokenizer(config.model)
-    ctx.inputs["model"] = config.model
-    windows = _calibration(config, tokenizer, lazy.model, ctx.seed, ctx)
-    out_dir = ctx.path("model") if ctx.out is not None and config.export != "none" else None
-    summary: dict = {}
-    started = time.perf_counter()
-    _, kept, _ = _compress_all(lazy.model, lazy.adapter, windows, config, ctx, lazy=lazy, out_dir=out_dir,
-                               summary=summary)
-    seconds = time.perf_counter() - started
-    per_block = summary.get("seconds_per_block", [])
-    ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3), "rotated": False,
-                        "onload": True, "linears": len(lazy.layers) * len(lazy.adapter.block_linears()),
-                        "sparsity": round(kept, 4), "calibration_windows": int(windows.shape[0]),
-                        "seqlen": int(windows.shape[1]), "seconds_per_block": [round(t, 3) for t in per_block]})
-    if out_dir is not None:
-        finish_onloaded_export(config, source, out_dir, lazy.dtype)
-    return ctx.metrics
+    return None if scales is None else WeightGrid(scales, group_size, g_idx)

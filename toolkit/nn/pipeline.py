@@ -19,6 +19,7 @@ import torch.nn as nn
 from toolkit.core.errors import BadInputError
 from toolkit.core.records import write_json
 from toolkit.models.adapters import ArchAdapter, adapter_for, get_layers
+from toolkit.nn.distributed import dist_info, rank_windows
 from toolkit.nn.hooks import StopForward, stop_forward
 
 log = logging.getLogger("iclrkit")
@@ -147,6 +148,8 @@ def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[
                    fingerprint: str = "", progress: Callable | None = None) -> None:
     """Call `on_block(step)` for each block in order; `on_block` registers hooks, calls `step.run()` to calibrate,
     and changes the block's weights. The pipeline then propagates the windows through the changed block.
+    Under torch.distributed each rank propagates its share of the windows (`rank_windows`), as the onloaded
+    pipeline does; `on_block` all-reduces what it accumulates and may share its solves out (`share_out`).
 
     With `checkpoint_dir`, block i's weights and the next block's inputs are saved after it is done; with
     `resume=True` finished blocks are restored instead of recomputed (the fingerprint must match).
@@ -154,7 +157,7 @@ def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[
     adapter = adapter_for(model)
     layers = get_layers(model, adapter)
     state = _load_progress(checkpoint_dir, fingerprint) if (resume and checkpoint_dir) else None
-    inputs, args, kwargs = capture_block_inputs(model, windows, device, adapter)
+    inputs, args, kwargs = capture_block_inputs(model, rank_windows(windows), device, adapter)
     start = 0
     if state is not None:
         start = state["done"] + 1
@@ -206,43 +209,6 @@ def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 # -- onloaded pipeline: one block in memory at a time, read from the safetensors shards -----------------------------
 
-def dist_info() -> tuple[int, int]:
-    """(rank, world size) of the default torch.distributed group, (0, 1) when not initialised."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def rank_windows(windows: torch.Tensor) -> torch.Tensor:
-    """This rank's share of the calibration windows (every world-th, starting at the rank)."""
-    rank, world = dist_info()
-    if world == 1:
-        return windows
-    if windows.shape[0] < world:
-        raise BadInputError(f"{windows.shape[0]} calibration windows for {world} ranks: need at least one per rank")
-    return windows[rank::world]
-
-
-def shared_solves(jobs: list[tuple[Callable[[], torch.Tensor], torch.Tensor]]) -> list[torch.Tensor]:
-    """Run job j on rank j mod world and broadcast its result (shaped/typed like the job's template tensor) to
-    every rank; one process runs them all. The jobs must be the same list, in the same order, on every rank."""
-    import torch.distributed as dist
-
-    rank, world = dist_info()
-    if world == 1:
-        return [job() for job, _ in jobs]
-    results = []
-    for j, (job, template) in enumerate(jobs):
-        owner = j % world
-        value = job().contiguous() if owner == rank else torch.empty_like(template)
-        buffer = value.cpu() if dist.get_backend() == "gloo" else value
-        dist.broadcast(buffer, src=owner)
-        results.append(buffer.to(template.device))
-    return results
-
-
 def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[BlockStep], None], *,
                             device: str = "cpu", out_dir: Path | None = None, save_dtype: torch.dtype | None = None,
                             max_shard_bytes: int = 2 * 10**9, progress: Callable | None = None,
@@ -253,7 +219,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
     output shards under `out_dir` (its checkpoint names, in `save_dtype` or the compute dtype) and freed.
 
     Under torch.distributed each rank runs its share of the windows (`rank_windows`); `on_block` all-reduces its
-    statistics (HessianAccumulator.all_reduce) and may share the solves out (`shared_solves`); rank 0 writes.
+    statistics (HessianAccumulator.all_reduce) and may share the solves out (`share_out`); rank 0 writes.
     `on_done(lazy)` runs after the last block, before the non-block tensors are written. Returns a summary
     (blocks, seconds per block, bytes written)."""
     import time
