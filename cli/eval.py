@@ -35,9 +35,11 @@ def _required_when_parsed(command, config: type, name: str) -> None:
 
 ppl = config_command(
     app, "ppl", config=PerplexityConfig, run="toolkit.eval.run:run_perplexity", technique="eval.ppl",
+    plan="toolkit.eval.run:plan_perplexity",
     help="Perplexity on text with strided windows.",
     epilog="Examples: iclrkit eval ppl --model zoo:gpt2-small --data embedded | "
-           "iclrkit eval ppl -m ./my-model -d test.txt --max-length 1024 --stride 512 --json",
+           "iclrkit eval ppl -m ./my-model -d test.txt --max-length 1024 --stride 512 --json | "
+           "iclrkit eval ppl -m ./big-model -d test.txt --set onload=true (one block in memory; --dry-run plans it)",
     flags=["model", "data", "max_length", "stride", "max_windows", "split"], common=COMMON,
     inputs=lambda f: {"data": f["data"]}, needs_out=False, optional_out=True)
 _required_when_parsed(ppl, PerplexityConfig, "model")

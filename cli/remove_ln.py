@@ -15,6 +15,7 @@ def _plan(config, ctx) -> dict:
     import json
     from pathlib import Path
 
+    from toolkit.models.memory import whole_model_plan
     from toolkit.models.source import resolve_model_path
     from toolkit.remove_ln.schedule import build_schedule
 
@@ -28,6 +29,8 @@ def _plan(config, ctx) -> dict:
     if layers:
         events = build_schedule(layers, config.steps, config.start_fraction, config.end_fraction, config.gaps)
         plan["schedule"] = {event.name: event.step for event in events}
+    plan["memory"] = whole_model_plan(config.model, "remove-ln fine-tunes the whole model (every block in each "
+                                      "backward pass); it is loaded whole, with gradients and AdamW state")
     return plan
 
 

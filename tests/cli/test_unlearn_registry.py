@@ -113,4 +113,7 @@ def test_the_command_names_the_objective_over_the_config_layers(cli, tmp_path):
     assert result.exit_code == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["technique"] == "unlearn.npo" and shown["config"]["method"] == "npo"
-    assert shown["plan"] == {"objective": "npo", "epochs": 10, "max_steps": None}
+    plan = shown["plan"]
+    assert {k: plan[k] for k in ("objective", "epochs", "max_steps")} == {"objective": "npo", "epochs": 10,
+                                                                          "max_steps": None}
+    assert plan["memory"]["whole_model"] is True and "not available" in plan["memory"]["onload"]

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from toolkit.core.config import BaseConfig
-from toolkit.core.fields import data_field, model_field
+from toolkit.core.fields import data_field, model_field, onload_field
 from toolkit.core.registry import declare
 
 declare("compress", "toolkit.compress.methods")  # every module there registers its method(s)
@@ -67,7 +67,7 @@ class CompressConfig(BaseConfig):
     # stopped forward per group, GPTQ's --true-sequential); False: one forward per block for all groups (as
     # llm-compressor does): about a third less forward work, the groups see the block's uncompressed weights
     true_sequential: bool = True
-    onload: bool = False  # one block in memory at a time, read from a local safetensors dir (_run_compress_onloaded)
+    onload: bool = onload_field()  # toolkit/compress/onloaded.py
 
     @field_validator("w_bits", "a_bits", "kv_bits")
     @classmethod

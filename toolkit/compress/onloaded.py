@@ -34,8 +34,8 @@ def plan_onloaded(config, ctx) -> dict:
                          compute_dtype=ctx.torch_dtype or torch.float32,
                          hessian_dtype=getattr(torch, config.solve_dtype))
     return {"method": config.method, "onload": True, "blocks": memory["blocks"], "memory": memory,
-            "not_available_with_onload": ["rotation", "perplexity eval (run `iclrkit eval ppl` on the output)",
-                                          "packed export", "--resume"]}
+            "not_available_with_onload": ["rotation", "perplexity eval (run `iclrkit eval ppl --set onload=true` on "
+                                          "the output)", "packed export", "--resume"]}
 
 
 def run_compress_onloaded(config, ctx, calibration, compress_all) -> dict:
@@ -54,8 +54,8 @@ def run_compress_onloaded(config, ctx, calibration, compress_all) -> dict:
     if config.rotate is None:
         warn_and_record("onload=true compresses unrotated (rotation needs the whole model)")
     if config.eval_data:
-        warn_and_record("onload=true skips the perplexity eval (it needs the whole model): run `iclrkit eval ppl` "
-                        "on <out>/model")
+        warn_and_record("onload=true skips the perplexity eval (it needs the whole model): run `iclrkit eval ppl "
+                        "--set onload=true` on <out>/model")
     if config.export in ("both", "packed"):
         warn_and_record("onload=true writes the dense export only (packed export needs the whole model)")
     lazy = LazyModel(source, dtype=ctx.torch_dtype or torch.float32)

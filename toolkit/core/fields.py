@@ -23,3 +23,12 @@ def data_field(default: Any = None, description: str = DATA_HELP, **extra: Any) 
 
 def layers_field(description: str = "Block index (repeatable).", **extra: Any) -> Any:
     return Field(None, description=description, json_schema_extra={"flag": "--layer"}, **extra)
+
+
+ONLOAD_HELP = ("Read one decoder block at a time from a local safetensors directory instead of loading the whole "
+               "model (memory: the parts outside the blocks + one block + activations).")
+
+
+def onload_field(**extra: Any) -> Any:
+    """`onload: bool = onload_field()`: per-block onloading (toolkit/models/lazy.py), `--set onload=true`."""
+    return Field(False, description=ONLOAD_HELP, **extra)

@@ -7,7 +7,7 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from toolkit.core.config import BaseConfig
-from toolkit.core.fields import data_field, model_field
+from toolkit.core.fields import data_field, model_field, onload_field
 
 
 class PerplexityConfig(BaseConfig):
@@ -20,6 +20,7 @@ class PerplexityConfig(BaseConfig):
     max_windows: Optional[int] = Field(None, description="Score only the first N windows.")
     split: Optional[Literal["train", "test"]] = Field(None, description="The zoo's 95/5 paragraph split of the data "
                                                                         "(seed 0).")
+    onload: bool = onload_field()
 
 
 class TasksConfig(BaseConfig):

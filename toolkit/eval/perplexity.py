@@ -10,10 +10,10 @@ import torch
 from toolkit.core.errors import BadInputError
 
 
-@torch.no_grad()
-def perplexity(model, ids: torch.Tensor, max_length: int = 512, stride: int | None = None,
-               device: str = "cpu", max_windows: int | None = None, progress=None) -> dict:
-    """{ppl, nll, tokens}: mean negative log-likelihood over scored tokens (natural log) and its exp."""
+def window_plan(ids: torch.Tensor, max_length: int = 512, stride: int | None = None,
+                max_windows: int | None = None) -> list[tuple[int, int, int]]:
+    """(begin, end, score_from) of each window: tokens ids[begin:end], of whose targets those from `score_from` on
+    are scored (the earlier ones are context the previous window already scored)."""
     if ids.ndim != 1:
         raise BadInputError("perplexity expects a 1-D sequence of token ids")
     if ids.numel() < 2:
@@ -24,20 +24,39 @@ def perplexity(model, ids: torch.Tensor, max_length: int = 512, stride: int | No
     starts = list(range(0, ids.numel() - 1, stride))
     if max_windows:
         starts = starts[:max_windows]
-    total_nll, total_tokens, previous_end = 0.0, 0, 0
-    for begin in (progress(starts, total=len(starts), description="ppl") if progress else starts):
+    windows, previous_end = [], 0
+    for begin in starts:
         end = min(begin + max_length, ids.numel())
-        window = ids[begin:end].unsqueeze(0).to(device)
-        logits = model(window).logits.float()[0, :-1]
-        targets = window[0, 1:]
-        score_from = max(previous_end - begin - 1, 0)
-        nll = torch.nn.functional.cross_entropy(logits[score_from:], targets[score_from:], reduction="sum")
-        total_nll += nll.item()
-        total_tokens += targets.numel() - score_from
+        windows.append((begin, end, max(previous_end - begin - 1, 0)))
         previous_end = end
         if end == ids.numel():
             break
+    return windows
+
+
+def window_nll(logits: torch.Tensor, window: torch.Tensor, score_from: int) -> tuple[float, int]:
+    """(summed NLL, scored tokens) of one window from its logits [len, vocab] (float32)."""
+    targets = window[1:]
+    nll = torch.nn.functional.cross_entropy(logits[:-1][score_from:], targets[score_from:], reduction="sum")
+    return nll.item(), targets.numel() - score_from
+
+
+def summarize(total_nll: float, total_tokens: int) -> dict:
     mean = total_nll / max(total_tokens, 1)
     if not math.isfinite(mean):
         raise BadInputError("perplexity is not finite: the model produced NaN/Inf logits")
     return {"ppl": math.exp(mean), "nll": mean, "tokens": total_tokens}
+
+
+@torch.no_grad()
+def perplexity(model, ids: torch.Tensor, max_length: int = 512, stride: int | None = None,
+               device: str = "cpu", max_windows: int | None = None, progress=None) -> dict:
+    """{ppl, nll, tokens}: mean negative log-likelihood over scored tokens (natural log) and its exp."""
+    plan = window_plan(ids, max_length, stride, max_windows)
+    total_nll, total_tokens = 0.0, 0
+    for begin, end, score_from in (progress(plan, total=len(plan), description="ppl") if progress else plan):
+        window = ids[begin:end].to(device)
+        nll, tokens = window_nll(model(window.unsqueeze(0)).logits.float()[0], window, score_from)
+        total_nll += nll
+        total_tokens += tokens
+    return summarize(total_nll, total_tokens)

@@ -1,4 +1,4 @@
-"""run() for `iclrkit eval ppl`."""
+"""run() and the --dry-run plan for `iclrkit eval ppl`."""
 
 from __future__ import annotations
 
@@ -8,21 +8,86 @@ from toolkit.eval.config import PerplexityConfig
 def run_perplexity(config: PerplexityConfig, ctx) -> dict:
     from toolkit.data.text import load_text, split_text, tokenize
     from toolkit.eval.perplexity import perplexity
-    from toolkit.models.source import load_model
 
     if config.data is None:  # scoring the embedded text is a default the user did not choose: say so
         ctx.warn("no --data given: scoring the embedded sample text (Python's documentation); pass --data FILE")
     text = load_text(config.data)
-    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
+    model, lazy, tokenizer = _load(config, ctx)
     if config.split:
         text = split_text(text, test_fraction=0.05, seed=0)[config.split == "test"]
     ids = tokenize(tokenizer, text)
-    max_length = min(config.max_length, getattr(model.config, "max_position_embeddings", None)
-                     or getattr(model.config, "n_positions", config.max_length))
+    max_length = min(config.max_length, _context(model.config, config.max_length))
     if max_length < config.max_length:  # a silent clamp otherwise: say it, and run.json records it under warnings
         ctx.warn(f"--max-length {config.max_length} clamped to {max_length}, the model's context length")
-    result = perplexity(model, ids, max_length=max_length, stride=config.stride, device=ctx.device,
-                        max_windows=config.max_windows, progress=ctx.progress)
+    if lazy is not None:
+        from toolkit.eval.onloaded import perplexity_onloaded
+
+        result = perplexity_onloaded(lazy, ids, max_length=max_length, stride=config.stride, device=ctx.device,
+                                     max_windows=config.max_windows, progress=ctx.progress)
+        result["onload"] = True
+    else:
+        result = perplexity(model, ids, max_length=max_length, stride=config.stride, device=ctx.device,
+                            max_windows=config.max_windows, progress=ctx.progress)
     ctx.inputs["model"] = config.model
     ctx.metrics.update(result)
     return result
+
+
+def _load(config: PerplexityConfig, ctx):
+    """(model, LazyModel or None, tokenizer): with onload=true the model is a meta skeleton whose blocks are read
+    from the safetensors shards one at a time (toolkit/models/lazy.py); otherwise the whole model is loaded."""
+    if not config.onload:
+        from toolkit.models.source import load_model
+
+        model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
+        return model, None, tokenizer
+    import torch
+
+    from toolkit.models.lazy import LazyModel
+    from toolkit.models.source import load_tokenizer
+
+    lazy = LazyModel(_onload_source(config.model), dtype=ctx.torch_dtype or torch.float32)
+    return lazy.model, lazy, load_tokenizer(config.model)
+
+
+def _onload_source(model: str):
+    from toolkit.core.errors import BadInputError
+    from toolkit.models.lazy import is_safetensors_dir
+    from toolkit.models.source import resolve_model_path
+
+    source = resolve_model_path(model)
+    if not is_safetensors_dir(source):
+        raise BadInputError(f"onload=true needs a local model directory of safetensors files, got {model}",
+                            "save the model with save_pretrained first, or drop onload=true")
+    return source
+
+
+def _context(model_config, default: int) -> int:
+    return getattr(model_config, "max_position_embeddings", None) or getattr(model_config, "n_positions", default)
+
+
+def plan_perplexity(config: PerplexityConfig, ctx) -> dict:
+    """--dry-run: from a local model's config.json alone (no weight read, nothing built), the memory: the whole
+    model resident, or with onload=true the parts outside the blocks + one block + every window's hidden states."""
+    from pathlib import Path
+
+    import torch
+
+    from toolkit.models.memory import plan_memory
+
+    source = Path(config.model).expanduser()
+    if not (source / "config.json").is_file():
+        return {"onload": config.onload, "memory": "not planned: --model is not a local directory with config.json"}
+    if config.onload:
+        _onload_source(config.model)
+    windows = config.max_windows or 1
+    memory = plan_memory(source, nsamples=windows, seqlen=config.max_length, device=ctx.device,
+                         onload=config.onload, compute_dtype=ctx.torch_dtype or torch.float32,
+                         hessian_copies=0, weight_copies=0)
+    for part in ("bytes", "mb"):
+        for key in ("output", "hessians", "solve_weights"):
+            memory[part].pop(key, None)
+    return {"onload": config.onload, "blocks": memory["blocks"], "max_length": config.max_length,
+            "windows_planned": windows if config.max_windows else
+            "1 (--max-windows not given: activations grow by one window's hidden states per window)",
+            "memory": memory}

@@ -125,6 +125,29 @@ def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu
             "peak_mb": {k: round(v / MB, 2) for k, v in devices.items()}}
 
 
+def whole_model_plan(model: str, why: str, *, compute_dtype: torch.dtype = torch.float32,
+                     optimizer_states: int = 2) -> dict:
+    """--dry-run of a command that needs the whole model at once (training: every block takes part in each
+    backward pass): says so, and from a local config.json alone plans weights + gradients + optimizer state
+    (AdamW: 2 per parameter), activations aside. Nothing is read or built for a hub id or zoo name."""
+    plan: dict = {"whole_model": True, "onload": f"not available: {why}"}
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        plan["mb"] = "not planned: --model is not a local directory with config.json"
+        return plan
+    skeleton_model = skeleton(path)
+    seen, total = set(), 0
+    for param in skeleton_model.parameters():
+        if id(param) not in seen:
+            seen.add(id(param))
+            total += param.numel()
+    width = _bytes(compute_dtype)
+    parts = {"weights": total * width, "gradients": total * width, "optimizer_states": optimizer_states * total * 4}
+    plan.update(parameters=total, mb={k: round(v / MB, 2) for k, v in parts.items()},
+                peak_mb_without_activations=round(sum(parts.values()) / MB, 2))
+    return plan
+
+
 def first_embedding(model, adapter):
     from toolkit.models.adapters import first_module
 

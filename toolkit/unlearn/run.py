@@ -49,11 +49,17 @@ def run_unlearn(config: UnlearnConfig, ctx) -> None:
 
 def plan_unlearn(config: UnlearnConfig, ctx) -> dict:
     """--dry-run: the objective's own plan when it registered one."""
+    import torch
+
+    from toolkit.models.memory import whole_model_plan
+
     entry = objective_for(config)
     plan = entry.meta.get("plan")
-    if plan is None:
-        return {"objective": entry.name, "epochs": config.epochs, "max_steps": config.max_steps}
-    return plan(config, ctx)
+    details = ({"objective": entry.name, "epochs": config.epochs, "max_steps": config.max_steps} if plan is None
+               else plan(config, ctx))
+    return {**details, "memory": whole_model_plan(
+        config.model, "unlearning trains the whole model (every block in each backward pass); it is loaded whole, "
+        "with gradients and AdamW state", compute_dtype=ctx.torch_dtype or torch.float32)}
 
 
 def finish(ctx, config: UnlearnConfig, tokenizer, result: dict, technique: str, extra: dict, paper: str = "") -> None:

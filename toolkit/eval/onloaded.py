@@ -1,0 +1,80 @@
+"""Perplexity with one decoder block in memory (`eval ppl --set onload=true`): the embeddings, final norm and head
+are loaded once, every window's hidden states enter block 0, then block i is read from the safetensors shards, every
+window goes through it, and it is freed; the final norm and the head score the windows at the end. The same windows,
+the same block calls and the same head as the resident evaluation (toolkit/eval/perplexity.py), so the same numbers.
+
+Host memory: the parts outside the blocks + one block + every window's hidden states (windows × max_length × hidden
+in the compute dtype; --max-windows bounds it)."""
+
+from __future__ import annotations
+
+import torch
+
+from toolkit.core.errors import BadInputError
+
+
+@torch.no_grad()
+def perplexity_onloaded(lazy, ids: torch.Tensor, max_length: int = 512, stride: int | None = None,
+                        device: str = "cpu", max_windows: int | None = None, progress=None,
+                        probe=None) -> dict:
+    """{ppl, nll, tokens, blocks} of a `toolkit.models.lazy.LazyModel`, block by block."""
+    from toolkit.eval.perplexity import summarize, window_nll, window_plan
+    from toolkit.nn.pipeline import BlockStep, _to, capture_block_inputs
+
+    plan = window_plan(ids, max_length, stride, max_windows)
+    norm, head = _final_parts(lazy)
+    lazy.load_non_block()
+    if probe is not None:
+        probe("non-block parts loaded")
+    # windows share a length but for the last one: one capture (hidden states, block args/kwargs) per length
+    groups: dict[int, dict] = {}
+    for position, (begin, end, _) in enumerate(plan):
+        groups.setdefault(end - begin, {"positions": []})["positions"].append(position)
+    for length, group in groups.items():
+        windows = torch.stack([ids[plan[i][0]:plan[i][1]] for i in group["positions"]])
+        inputs, args, kwargs = capture_block_inputs(lazy.model, windows, device, lazy.adapter)
+        group.update(inputs=inputs, args=_to(args, device), kwargs=_to(kwargs, device))
+    indices = range(len(lazy.layers))
+    for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
+        block = lazy.load_block(index).to(device)
+        for group in groups.values():
+            group["inputs"] = BlockStep(index=index, block=block, inputs=group["inputs"], args=group["args"],
+                                        kwargs=group["kwargs"], device=device).run()
+        if probe is not None:
+            probe(f"block {index} done")
+        lazy.free_block(index)
+    hidden = {}
+    for group in groups.values():
+        hidden.update(zip(group["positions"], group["inputs"]))
+    total_nll, total_tokens = 0.0, 0
+    for position, (begin, end, score_from) in enumerate(plan):
+        logits = _logits(lazy, norm, head, hidden.pop(position).to(device))
+        nll, tokens = window_nll(logits, ids[begin:end].to(device), score_from)
+        total_nll += nll
+        total_tokens += tokens
+    return {**summarize(total_nll, total_tokens), "blocks": len(lazy.layers)}
+
+
+def _final_parts(lazy):
+    """(final norm, output head) of the model, found by its adapter; an architecture without them is refused."""
+    from toolkit.models.adapters import first_module
+
+    norm = first_module(lazy.model, lazy.adapter.final_norm)
+    head = lazy.model.get_output_embeddings()
+    if norm is None or head is None:
+        raise BadInputError(f"onload=true perplexity needs a final norm and an output head; "
+                            f"{lazy.config.model_type} has {'no final norm' if norm is None else 'no head'}",
+                            "drop onload=true")
+    if getattr(lazy.config, "model_type", "") in ("opt",) and getattr(lazy.config, "word_embed_proj_dim", None) \
+            not in (None, getattr(lazy.config, "hidden_size", None)):
+        raise BadInputError("onload=true perplexity does not cover OPT's projected output", "drop onload=true")
+    return norm, head
+
+
+def _logits(lazy, norm, head, hidden: torch.Tensor) -> torch.Tensor:
+    """[len, vocab] float32 logits of one window's last hidden states, as the model's forward computes them."""
+    logits = head(norm(hidden.unsqueeze(0) if hidden.ndim == 2 else hidden))
+    cap = getattr(lazy.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits.float()[0]
