@@ -137,3 +137,20 @@ def bench_data(tmp_path_factory) -> Path:
     fixtures.write_videomathqa(root / "videomathqa")
     fixtures.write_mmsearch(root / "mmsearch")
     return root
+
+
+@pytest.fixture()
+def sharded_llama(tmp_path, tiny_tokenizer) -> Path:
+    """A 3-block tiny Llama saved in several safetensors shards (with model.safetensors.index.json)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         bos_token_id=0, eos_token_id=0)
+    path = tmp_path / "llama"
+    LlamaForCausalLM(config).eval().save_pretrained(path, max_shard_size="20KB")
+    tiny_tokenizer.save_pretrained(path)
+    assert (path / "model.safetensors.index.json").is_file()
+    return path

@@ -7,22 +7,7 @@ import torch
 
 from toolkit.core.context import RunContext
 from toolkit.core.errors import BadInputError
-from toolkit.models.lazy import INDEX, SafetensorsIndex
-
-
-@pytest.fixture()
-def sharded_llama(tmp_path, tiny_tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         bos_token_id=0, eos_token_id=0)
-    path = tmp_path / "llama"
-    LlamaForCausalLM(config).eval().save_pretrained(path, max_shard_size="20KB")
-    tiny_tokenizer.save_pretrained(path)
-    assert (path / INDEX).is_file()
-    return path
+from toolkit.models.lazy import SafetensorsIndex
 
 
 @pytest.mark.parametrize("method", ["gptq", "obr"])

@@ -35,19 +35,6 @@ def test_onloaded_perplexity_equals_resident(kind, tmp_path, one_thread):
     assert max(seen) == 1 and seen[0] == 0 and _loaded_blocks(lazy) == 0  # one block at a time, freed after
 
 
-@pytest.fixture()
-def sharded_llama(tmp_path, tiny_tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         bos_token_id=0, eos_token_id=0)
-    path = tmp_path / "llama"
-    LlamaForCausalLM(config).eval().save_pretrained(path, max_shard_size="20KB")
-    tiny_tokenizer.save_pretrained(path)
-    return path
-
 
 def test_eval_ppl_command_with_onload(cli, sharded_llama, text_file, one_thread):
     args = ["eval", "ppl", "-m", sharded_llama, "-d", text_file, "--max-length", "48", "--stride", "32",
