@@ -98,4 +98,13 @@ open('$OUT/embedded-train.txt', 'w').write(train); open('$OUT/embedded-heldout.t
   done
 done
 
+# Served-model checks (issue 26) for the SmolLM2 W4A16-s50 setting: compressed-tensors reload, llama.cpp agreement
+# (needs .venv-llamacpp: python3 -m venv .venv-llamacpp && .venv-llamacpp/bin/pip install llama-cpp-python) and
+# lm-eval zero-shot columns; SERVE_CHECK=0 skips them. collect.py merges serve_check.json into results.json.
+if [ "${SERVE_CHECK:-1}" = 1 ] && [ -d "$OUT/smollm2-135m/w4a16-s50" ]; then
+  if [ ! -x .venv-llamacpp/bin/python ]; then
+    python3 -m venv .venv-llamacpp && .venv-llamacpp/bin/pip install -q llama-cpp-python 2>&1 | grep -v "is ignored" || true
+  fi
+  .venv/bin/python examples/obr/serve_check.py --out "$OUT" --setting smollm2-135m/w4a16-s50 --limit 300
+fi
 .venv/bin/python examples/obr/collect.py "$OUT"
