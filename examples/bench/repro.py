@@ -265,12 +265,34 @@ def show(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+HARNESSES = ("videomathqa", "mmsearch")
+
+
+def combine() -> None:
+    """examples/bench/results.json: both harnesses' rows with a `harness` field, each from its latest run
+    (runs/repro-NAME/results.json, else the committed examples/NAME/results.json)."""
+    rows, runs = [], {}
+    for name in HARNESSES:
+        path = next((p for p in (Path("runs") / f"repro-{name}" / "results.json",
+                                 Path("examples") / name / "results.json") if p.is_file()), None)
+        if path is None:
+            continue
+        record = json.loads(path.read_text())
+        rows += [{"harness": name, **r} for r in record["rows"]]
+        runs[name] = {k: v for k, v in record.items() if k != "rows"}
+    Path("examples/bench/results.json").write_text(json.dumps({"rows": rows, "runs": runs}, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("name", choices=["videomathqa", "mmsearch"])
+    parser.add_argument("name", choices=[*HARNESSES, "combine"], help="a harness, or `combine` (both harnesses' "
+                        "latest rows into examples/bench/results.json)")
     parser.add_argument("--smol", type=int, default=int(os.environ.get("SMOL", "1")), help="(b) with SmolLM2 (1/0)")
     args = parser.parse_args()
     os.chdir(ROOT)
+    if args.name == "combine":
+        combine()
+        return
     out = Path("runs") / f"repro-{args.name}"
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

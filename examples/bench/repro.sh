@@ -8,3 +8,4 @@ NAME=${1:?usage: examples/bench/repro.sh videomathqa|mmsearch}
 cd "$(dirname "$0")/../.."
 rm -rf "runs/repro-$NAME" && mkdir -p "runs/repro-$NAME"
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} SMOL=${SMOL:-1} .venv/bin/python examples/bench/repro.py "$NAME"
+.venv/bin/python examples/bench/repro.py combine  # both harnesses' rows -> examples/bench/results.json

@@ -183,12 +183,23 @@ def compare_case(case: str, ra: Path, rb: Path) -> dict:
     return row
 
 
+def table_row(r: dict) -> dict:
+    """One printed table row as data: what a script reads from the committed results.json."""
+    return {"case": r["case"], "identical": r["identical"], "tensors": r["tensors"],
+            "tensors_identical": not r["tensor_diffs"], "tensor_max_abs_diff": r["tensor_max"],
+            "metrics_identical": not r["metric_diffs"], "metric_max_abs_diff": r["metric_max"],
+            "other_outputs_identical": not r["file_diffs"],
+            "differences": r["tensor_diffs"] + r["metric_diffs"] + r["file_diffs"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before", type=Path)
     ap.add_argument("after", type=Path)
     ap.add_argument("--json", type=Path, help="also write the full comparison here")
     ap.add_argument("--only", nargs="*", help="compare these cases only (default: every case in AFTER)")
+    ap.add_argument("--rows", type=Path, help="write the table's rows (no machine paths) here, e.g. "
+                    "examples/house/results.json")
     args = ap.parse_args()
     cases = args.only or sorted(p.stem for p in args.after.glob("*.cmd"))
     rows = [compare_case(c, args.before.resolve(), args.after.resolve()) for c in cases]
@@ -208,6 +219,8 @@ def main() -> int:
             print(f"- {r['case']} ({label}): `{cmd.read_text().strip() if cmd.exists() else '?'}`")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
+    if args.rows:
+        args.rows.write_text(json.dumps({"rows": [table_row(r) for r in rows]}, indent=1) + "\n")
     return 0 if all(r["identical"] for r in rows) else 1
 
 

@@ -73,7 +73,8 @@ for tree in "$BEFORE" "$AFTER"; do
     echo "  $name: exit $(cat "$runs/$name.rc") in $(( $(date +%s) - start )) s" >&2
   done
 done
-"$AFTER/.venv/bin/python" "$HERE/compare_runs.py" "$WORK/runs/before" "$WORK/runs/after" --json "$WORK/compare.json"
+"$AFTER/.venv/bin/python" "$HERE/compare_runs.py" "$WORK/runs/before" "$WORK/runs/after" --json "$WORK/compare.json" \
+  --rows "$HERE/results.json"
 status=$?
 
 # Control for the one intended numeric change (e62a4d9, exact Hadamards): the after tree's rotated OBR with every
