@@ -127,11 +127,8 @@ def fake_quant_asym(x: torch.Tensor, bits: int) -> torch.Tensor:
     """Asymmetric min/max fake quantization along the last dimension (one KV head's vector per token)."""
     if bits >= 16:
         return x
-    levels = 2 ** bits - 1
-    low, high = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)
-    scale = ((high - low) / levels).clamp(min=1e-8)
-    zero = torch.round(-low / scale)
-    return (torch.clamp(torch.round(x / scale) + zero, 0, levels) - zero) * scale
+    scale, zero = kv_quant_params(x, bits, "head-asym")
+    return (torch.clamp(torch.round(x / scale) + zero, 0, 2 ** bits - 1) - zero) * scale
 
 
 KV_MODES = typing.get_args(KvQuant)  # declared once, on CompressConfig.kv_quant
@@ -158,7 +155,7 @@ def fake_quant_kv(x: torch.Tensor, bits: int, mode: str = "token-sym") -> torch.
     if bits >= 16:
         return x
     if mode == "head-asym":
-        return fake_quant_asym(x, bits)  # the same grid as kv_quant_params' (bit-identical to before 2026-12-03)
+        return fake_quant_asym(x, bits)  # bit-identical to the only KV quantizer before 2026-12-03
     scale, _ = kv_quant_params(x, bits, mode)
     return torch.clamp(torch.round(x / scale), -max_code(bits), max_code(bits)) * scale
 
