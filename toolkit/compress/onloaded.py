@@ -8,13 +8,9 @@ import time
 
 def onload_source(config):
     from toolkit.core.errors import BadInputError
-    from toolkit.models.lazy import is_safetensors_dir
-    from toolkit.models.source import resolve_model_path
+    from toolkit.models.lazy import onload_source as model_source
 
-    source = resolve_model_path(config.model)
-    if not is_safetensors_dir(source):
-        raise BadInputError(f"onload=true needs a local model directory of safetensors files, got {config.model}",
-                            "save the model with save_pretrained first, or drop onload=true")
+    source = model_source(config.model)
     if config.rotate:
         raise BadInputError("rotate=true needs the whole model in memory; onload=true compresses unrotated",
                             "set rotate=false with onload=true")

@@ -43,23 +43,11 @@ def _load(config: PerplexityConfig, ctx):
         return model, None, tokenizer
     import torch
 
-    from toolkit.models.lazy import LazyModel
+    from toolkit.models.lazy import LazyModel, onload_source
     from toolkit.models.source import load_tokenizer
 
-    lazy = LazyModel(_onload_source(config.model), dtype=ctx.torch_dtype or torch.float32)
+    lazy = LazyModel(onload_source(config.model), dtype=ctx.torch_dtype or torch.float32)
     return lazy.model, lazy, load_tokenizer(config.model)
-
-
-def _onload_source(model: str):
-    from toolkit.core.errors import BadInputError
-    from toolkit.models.lazy import is_safetensors_dir
-    from toolkit.models.source import resolve_model_path
-
-    source = resolve_model_path(model)
-    if not is_safetensors_dir(source):
-        raise BadInputError(f"onload=true needs a local model directory of safetensors files, got {model}",
-                            "save the model with save_pretrained first, or drop onload=true")
-    return source
 
 
 def _context(model_config, default: int) -> int:
@@ -79,7 +67,9 @@ def plan_perplexity(config: PerplexityConfig, ctx) -> dict:
     if not (source / "config.json").is_file():
         return {"onload": config.onload, "memory": "not planned: --model is not a local directory with config.json"}
     if config.onload:
-        _onload_source(config.model)
+        from toolkit.models.lazy import onload_source
+
+        onload_source(config.model)
     windows = config.max_windows or 1
     memory = plan_memory(source, nsamples=windows, seqlen=config.max_length, device=ctx.device,
                          onload=config.onload, compute_dtype=ctx.torch_dtype or torch.float32,

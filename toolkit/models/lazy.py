@@ -32,6 +32,18 @@ def is_safetensors_dir(path) -> bool:
                                                                    or (path / SINGLE).is_file())
 
 
+def onload_source(model: str) -> Path:
+    """The local safetensors directory that per-block onloading (onload=true) reads `model` from; anything else
+    (a hub id not in the cache, a .bin or GGUF checkpoint) is refused with one line."""
+    from toolkit.models.source import resolve_model_path
+
+    source = resolve_model_path(model)
+    if not is_safetensors_dir(source):
+        raise BadInputError(f"onload=true needs a local model directory of safetensors files, got {model}",
+                            "save the model with save_pretrained first, or drop onload=true")
+    return Path(source)
+
+
 def read_header(path: Path) -> dict:
     """The JSON header of one safetensors file, checked against the file size (a truncated file is refused)."""
     try:
