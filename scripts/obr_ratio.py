@@ -32,13 +32,6 @@ sys.path.insert(0, str(ROOT))
 
 ZOO_MODEL = "zoo:smollm2-135m"
 SEED = 0
-# HuggingFaceTB/SmolLM2-135M config.json (Llama architecture)
-SMOLLM2_135M = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_act="silu", hidden_size=576,
-                    intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-                    vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=8192, rope_theta=100000.0,
-                    rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=0, dtype="bfloat16")
-
-
 def zoo_available() -> bool:
     import importlib.util
 
@@ -58,35 +51,19 @@ def fingerprint(path: Path) -> str:
 
 
 def write_random_smollm2(path: Path, layers: int | None = None, seed: int = SEED) -> dict:
-    """SmolLM2-135M's shape, random weights (fixed seed, drawn on the CPU: the same bytes on any machine), bf16."""
-    import torch
-
+    """SmolLM2-135M's shape (toolkit.models.synthetic, shape "135M"), random weights (fixed seed, drawn on the CPU:
+    the same bytes on any machine), bf16, + a tokenizer trained in-process on the embedded text."""
     from toolkit.data.text import embedded_text
-    from toolkit.models.memory import skeleton
-    from toolkit.models.shards import ShardWriter
+    from toolkit.models.synthetic import llama_config, write_random_model
     from toolkit.zoo.lm import train_tokenizer
 
-    config = dict(SMOLLM2_135M, **({"num_hidden_layers": layers} if layers else {}))
+    config = llama_config("135M", layers)
     marker = path / "random_model.json"
     if marker.is_file() and json.loads(marker.read_text()).get("config") == config:
         return json.loads(marker.read_text())
-    started = time.perf_counter()
-    path.mkdir(parents=True, exist_ok=True)
-    model = skeleton(config)
-    params = [(n, p) for n, p in model.named_parameters() if n != "lm_head.weight"]  # tied to the embedding
-    writer = ShardWriter(path, [(n, torch.bfloat16, tuple(p.shape)) for n, p in params], max_shard_bytes=10**9)
-    for position, (name, param) in enumerate(params):
-        if name.endswith("norm.weight"):
-            value = torch.ones(param.shape)
-        else:
-            generator = torch.Generator().manual_seed(seed * 100_003 + position)
-            value = torch.empty(param.shape).normal_(0.0, 0.02, generator=generator)
-        writer.add({name: value.to(torch.bfloat16)})
-    writer.close()
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    train_tokenizer(embedded_text()[:400_000], vocab_size=2000).save_pretrained(path)
-    info = {"config": config, "seed": seed, "parameters": sum(p.numel() for _, p in params),
-            "write_s": round(time.perf_counter() - started, 1), "fingerprint": fingerprint(path)}
+    written = write_random_model(path, config, seed, train_tokenizer(embedded_text()[:400_000], vocab_size=2000))
+    info = {"config": config, "seed": seed, "parameters": written["parameters"], "write_s": written["seconds"],
+            "fingerprint": fingerprint(path)}
     marker.write_text(json.dumps(info, indent=2))
     return info
 

@@ -24,27 +24,11 @@ import sys
 import time
 from pathlib import Path
 
+from toolkit.models.synthetic import dir_bytes, llama_config, write_random_model
+
 HERE = Path(__file__).resolve().parent
 MB = 2**20
 
-SHAPES = {
-    # SmolLM2-135M / SmolLM2-360M (HuggingFaceTB) and TinyLlama-1.1B / Llama-2-7B configs
-    "135M": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                 num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=8192,
-                 rope_theta=100000.0, rms_norm_eps=1e-5),
-    "360M": dict(hidden_size=960, intermediate_size=2560, num_hidden_layers=32, num_attention_heads=15,
-                 num_key_value_heads=5, vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=8192,
-                 rope_theta=100000.0, rms_norm_eps=1e-5),
-    "1.1B": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
-                 num_key_value_heads=4, vocab_size=32000, tie_word_embeddings=False, max_position_embeddings=2048,
-                 rope_theta=10000.0, rms_norm_eps=1e-5),
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=2000, tie_word_embeddings=True, max_position_embeddings=1024,
-                 rope_theta=10000.0, rms_norm_eps=1e-5),  # smoke test only
-    "7B": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-               num_key_value_heads=32, vocab_size=32000, tie_word_embeddings=False, max_position_embeddings=4096,
-               rope_theta=10000.0, rms_norm_eps=1e-5),
-}
 NSAMPLES, SEQLEN = 8, 512
 
 
@@ -58,44 +42,6 @@ def rss_bytes() -> int:
 
 def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
-
-
-def config_of(shape: str, layers: int | None = None) -> dict:
-    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
-            "bos_token_id": 0, "eos_token_id": 0, "dtype": "bfloat16", **SHAPES[shape],
-            **({"num_hidden_layers": layers} if layers else {})}
-
-
-def write_random_model(path: Path, config: dict, seed: int, tokenizer=None) -> dict:
-    """Random N(0, 0.02) weights (norms 1) in bf16, one tensor at a time into 1 GB shards."""
-    import torch
-
-    from toolkit.models.memory import skeleton
-    from toolkit.models.shards import ShardWriter
-
-    started = time.perf_counter()
-    model = skeleton(config)
-    tied = config.get("tie_word_embeddings", False)
-    params = [(n, p) for n, p in model.named_parameters() if not (tied and n == "lm_head.weight")]
-    writer = ShardWriter(path, [(n, torch.bfloat16, tuple(p.shape)) for n, p in params], max_shard_bytes=10**9)
-    for position, (name, param) in enumerate(params):
-        generator = torch.Generator().manual_seed(seed * 100_003 + position)
-        if name.endswith("norm.weight"):
-            value = torch.ones(param.shape)
-        else:
-            value = torch.empty(param.shape).normal_(0.0, 0.02, generator=generator)
-        writer.add({name: value.to(torch.bfloat16)})
-        del value
-    writer.close()
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    if tokenizer is not None:
-        tokenizer.save_pretrained(path)
-    return {"seconds": round(time.perf_counter() - started, 1), "disk_mb": round(dir_bytes(path) / MB, 1),
-            "parameters": sum(p.numel() for _, p in params)}
 
 
 # -- subprocesses: one measurement each, its own peak RSS ------------------------------------------------------------
@@ -210,7 +156,7 @@ def main() -> None:
             from toolkit.zoo.lm import train_tokenizer
 
             tokenizer = train_tokenizer(embedded_text()[:400_000], vocab_size=2000)
-        info = write_random_model(path, config_of(shape, layers), seed, tokenizer)
+        info = write_random_model(path, llama_config(shape, layers), seed, tokenizer)
         written[name or shape] = info
         print(f"wrote {name or shape}: {info}", flush=True)
         save_rows(rows, {"models_written": written, "machine": machine})
@@ -237,8 +183,8 @@ def main() -> None:
 
         from toolkit.models.memory import plan_memory
 
-        full = plan_memory(config_of("7B"), nsamples=NSAMPLES, seqlen=SEQLEN)
-        h200 = plan_memory(config_of("7B"), nsamples=128, seqlen=4096, device="cuda", compute_dtype=torch.bfloat16,
+        full = plan_memory(llama_config("7B"), nsamples=NSAMPLES, seqlen=SEQLEN)
+        h200 = plan_memory(llama_config("7B"), nsamples=128, seqlen=4096, device="cuda", compute_dtype=torch.bfloat16,
                            save_dtype=torch.bfloat16)
         model = ensure("7B", name="7B-1block", layers=1)
         out = work / "out-7B"
