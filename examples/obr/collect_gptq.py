@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-METHODS = {"ours": "GPTQ", "ours1": "GPTQ", "peer": "llm-compressor GPTQ", "ours2": "SparseGPT -> GPTQ two-stage (ours)",
+METHODS = {"ours": "GPTQ", "ours1": "GPTQ", "ours0": "GPTQ", "obr": "OBR_GPTQ", "peer": "llm-compressor GPTQ", "ours2": "SparseGPT -> GPTQ two-stage (ours)",
            "peer2": "llm-compressor SparseGPT -> GPTQ two-stage"}
 
 
@@ -27,18 +27,23 @@ def rows(out: Path, threads: int) -> list[dict]:
         who, rot, group, order = record_path.parent.name.split("-")
         record = json.loads(record_path.read_text())
         metrics = record["metrics"]
-        found.append({"model": "smollm2-135m", "setting": "w4a16-s50" if who.endswith("2") else "w4a16",
+        found.append({"model": "smollm2-135m", "setting": "w4a16-s50" if who.endswith("2") or who == "obr" else "w4a16",
                       "method": METHODS[who], "rotate": rot == "r1",
                       "group_size": None if group == "gnone" else int(group[1:]), "actorder": order,
                       "threads": metrics.get("threads", threads), "seconds": round(metrics["compress_seconds"], 1),
                       "ppl": round(metrics["ppl"], 3), "seed": record.get("seed", 0),
                       "sparsity": metrics.get("sparsity"),
                       "true_sequential": record.get("config", {}).get("true_sequential", who != "ours1")
-                      if not who.startswith("peer") else False})
+                      if not who.startswith("peer") else False,
+                      # fused: one batched forward per block, each group compressed as its input arrives
+                      # (true-sequential inputs); per-group: a stopped forward per group; one-pass: one forward
+                      # for all groups, then a propagation forward (llm-compressor's schedule)
+                      "calibration": "one-pass" if who.startswith("peer") else metrics.get(
+                          "calibration", "one-pass" if who == "ours1" else "per-group")})
     return found
 
 
-KEY = ("model", "setting", "method", "rotate", "group_size", "actorder", "true_sequential")
+KEY = ("model", "setting", "method", "rotate", "group_size", "actorder", "true_sequential", "calibration")
 
 
 def merge(committed: Path, found: list[dict]) -> None:
@@ -57,7 +62,7 @@ def main(out: Path, threads: int, committed: Path | None = None) -> None:
     print("|---|---|---|---|---|---|---:|---:|---:|")
     for r in found:
         group = r["group_size"] or "channel"
-        schedule = {True: "per group", False: "one pass/block"}.get(r.get("true_sequential"), "-")
+        schedule = r.get("calibration") or {True: "per-group", False: "one-pass"}.get(r.get("true_sequential"), "-")
         print(f"| {r['setting']} | {r['method']} | {'yes' if r['rotate'] else 'no'} | {group} | {r['actorder']} | "
               f"{schedule} | {r['ppl']:.2f} | {r['seconds']:.1f} | {r['sparsity']} |")
 

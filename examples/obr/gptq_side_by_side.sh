@@ -7,7 +7,9 @@
 # Writes runs/repro-obr-gptq/<row>/run.json and runs/repro-obr-gptq/results.json; prints a Markdown table.
 # ROWS picks rows (default: all, most important first); finished rows are reused (FRESH=1 recomputes).
 #   row = WHO-rROTATE-gGROUP-ACTORDER, WHO in ours|peer (GPTQ) or ours2|peer2 (two-stage, 50% sparse), or
-#   ours1 (our GPTQ with true_sequential=false: one calibration forward per block, as llm-compressor schedules it)
+#   ours1 (our GPTQ with true_sequential=false: one calibration forward per block, as llm-compressor schedules it),
+#   ours0 (our GPTQ with fused_calibration=never: a stopped forward per linear group, the schedule before fusing),
+#   obr (OBR_GPTQ W4A16 + 50% sparsity, against peer2)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/repro-obr-gptq}
@@ -51,6 +53,8 @@ for row in $ROWS; do
   case $who in
     ours) $CLI compress gptq $COMMON $flags --out "$dir" > /dev/null ;;
     ours1) $CLI compress gptq $COMMON $flags --set true_sequential=false --out "$dir" > /dev/null ;;
+    ours0) $CLI compress gptq $COMMON $flags --set fused_calibration=never --out "$dir" > /dev/null ;;
+    obr) $CLI compress obr $COMMON $flags --sparsity 0.5 --out "$dir" > /dev/null ;;
     ours2) $CLI compress sparsegpt-gptq $COMMON $flags --sparsity 0.5 --out "$dir" > /dev/null ;;
     peer|peer2)
       [ "$rot" = 1 ] && { echo "peer rows are unrotated only: skipping $row" >&2; continue; }

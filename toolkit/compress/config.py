@@ -50,6 +50,9 @@ class CompressConfig(BaseConfig):
     percdamp: float = Field(0.01, ge=0)  # Hessian damping, as a share of mean(diag H); escalates ×10 on failure
     blocksize: int = Field(128, gt=0)  # GPTQ/SparseGPT lazy-batch width
     w_clip: bool = True  # MSE clip search for the weight scales (grid 100, max shrink 0.8, norm 2.4)
+    # the unclipped scale: max|w|/(2^{b-1}-1) ("signed": GPTQ's reference, code -2^{b-1} unused) or
+    # max|w|/(2^{b-1}-1/2) ("full": llm-compressor / compressed-tensors' min-max, all 2^b codes in use)
+    w_range: Literal["signed", "full"] = "signed"
     a_clip_ratio: float = Field(1.0, gt=0, le=1)
     rotate: bool | None = Field(None, description="QuaRot rotation (default: on for RMSNorm models, off with a "
                                                   "note otherwise).")
@@ -67,6 +70,11 @@ class CompressConfig(BaseConfig):
     # stopped forward per group, GPTQ's --true-sequential); False: one forward per block for all groups (as
     # llm-compressor does): about a third less forward work, the groups see the block's uncompressed weights
     true_sequential: bool = True
+    # true_sequential in ONE forward per block: every window goes through the block as one batch and each group is
+    # compressed in a pre-hook as its input arrives, so later groups see the compressed earlier ones (the inputs of
+    # one stopped forward per group) and the block's output is already the propagated one (no second forward).
+    # auto: always when that batch's workspace fits memory.FUSED_WORKSPACE_LIMIT, else one window at a time
+    fused_calibration: Literal["auto", "always", "never"] = "auto"
     onload: bool = onload_field()  # toolkit/compress/onloaded.py
 
     @field_validator("w_bits", "a_bits", "kv_bits")

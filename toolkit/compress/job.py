@@ -39,7 +39,8 @@ class LinearJob:
         if self.bits >= 16:
             return None
         return fit_grid(self.W if weights is None else weights, self.bits, self.config.w_clip,
-                        self.config.group_size, self.group_order)
+                        self.config.group_size, self.group_order,
+                        full_range=getattr(self.config, "w_range", "signed") == "full")
 
     @cached_property
     def grid(self):

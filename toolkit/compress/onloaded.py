@@ -28,10 +28,18 @@ def plan_onloaded(config, ctx) -> dict:
     source = onload_source(config)
     memory = plan_memory(source, nsamples=config.nsamples, seqlen=config.seqlen, device=ctx.device,
                          compute_dtype=ctx.torch_dtype or torch.float32,
-                         hessian_dtype=getattr(torch, config.solve_dtype))
+                         hessian_dtype=getattr(torch, config.solve_dtype), batched=_batched(config, source))
     return {"method": config.method, "onload": True, "blocks": memory["blocks"], "memory": memory,
             "not_available_with_onload": ["rotation", "perplexity eval (run `iclrkit eval ppl --set onload=true` on "
                                           "the output)", "packed export", "--resume"]}
+
+
+def _batched(config, source) -> bool:
+    from toolkit.models.adapters import adapter_for
+    from toolkit.models.memory import batched_calibration, block_dims, skeleton
+
+    model = skeleton(source)
+    return batched_calibration(config, config.nsamples, config.seqlen, block_dims(model, adapter_for(model)))
 
 
 def run_compress_onloaded(config, ctx, calibration, compress_all) -> dict:

@@ -53,18 +53,20 @@ def codes_of(W: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def fit_weight_scale(W: torch.Tensor, bits: int, mse: bool = True, grid: int = 100, maxshrink: float = 0.8,
-                     norm: float = 2.4) -> torch.Tensor:
-    """Per-row symmetric scale: max|w|/(2^{b−1}−1), shrunk by the clip ratio that minimises Σ|Q(w)−w|^norm."""
+                     norm: float = 2.4, full_range: bool = False) -> torch.Tensor:
+    """Per-row symmetric scale: max|w|/(2^{b−1}−1) (`full_range`: max|w|/(2^{b−1}−½), llm-compressor's min-max,
+    which puts the most negative weight on code −2^{b−1}), shrunk by the clip ratio that minimises Σ|Q(w)−w|^norm."""
     W = W.float()
     xmax = W.abs().amax(dim=1).clamp(min=1e-8)
-    best_scale = xmax / max_code(bits)
+    top = max_code(bits) + (0.5 if full_range else 0.0)
+    best_scale = xmax / top
     if not mse:
         return best_scale
     best_err = torch.full_like(xmax, float("inf"))
     work = torch.empty_like(W)  # one buffer, in-place steps: ~5x faster than fresh tensors, the same bits
     low, high = -max_code(bits) - 1, max_code(bits)
     for i in range(int(maxshrink * grid)):
-        scale = (1 - i / grid) * xmax / max_code(bits)
+        scale = (1 - i / grid) * xmax / top
         column = scale.reshape(-1, 1)
         torch.div(W, column, out=work)
         err = work.round_().clamp_(low, high).mul_(column).sub_(W).abs_().pow_(norm).sum(dim=1)  # Σ|Q(w) − w|^p
@@ -97,16 +99,17 @@ class WeightGrid:
 
 
 def fit_grid(W: torch.Tensor, bits: int, mse: bool = True, group_size: int | None = None,
-             order: torch.Tensor | None = None) -> WeightGrid:
+             order: torch.Tensor | None = None, full_range: bool = False) -> WeightGrid:
     """Scales fitted on W as it is (before any GPTQ update, as llm-compressor's observers do): per row, or per
     group of `group_size` columns (a ragged last group when the width is not a multiple). With `order` (a column
     permutation), groups are runs of the permuted columns (`actorder=group`) and `g_idx` maps them back."""
     if group_size is None:
-        return WeightGrid(fit_weight_scale(W, bits, mse=mse).to(W.dtype))
+        return WeightGrid(fit_weight_scale(W, bits, mse=mse, full_range=full_range).to(W.dtype))
     rows, columns = W.shape
     source = W if order is None else W[:, order]
     padded = torch.nn.functional.pad(source, (0, -columns % group_size))  # zeros: no error, no effect on max
-    scales = fit_weight_scale(padded.reshape(-1, group_size), bits, mse=mse).reshape(rows, -1).to(W.dtype)
+    scales = fit_weight_scale(padded.reshape(-1, group_size), bits, mse=mse,
+                              full_range=full_range).reshape(rows, -1).to(W.dtype)
     g_idx = None
     if order is not None:
         g_idx = torch.empty(columns, dtype=torch.long, device=W.device)

@@ -202,24 +202,61 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
             accumulator.all_reduce()
         return [a.H for a in accumulators]
 
+    fused = fused_calibration(config, model, adapter, windows)
+    ctx.metrics["calibration"] = "fused" if fused else "per-group" if config.true_sequential else "one-pass"
+
+    def compress_group(step, group, H, block_scales):
+        modules = [step.block.get_submodule(path) for path in group]
+        weights = [linear_weight(module, adapter.conv1d) for module in modules]
+        solved = _solve_group(weights, H, config, dtype)
+        for path, module, weight, (new, grid) in zip(group, modules, weights, solved):
+            set_linear_weight(module, new.to(weight.dtype), adapter.conv1d)
+            if grid is not None:
+                name = f"{prefix}.{step.index}.{path}"
+                block_scales[name] = grid.scales.float().contiguous()
+                if grid.g_idx is not None:
+                    block_scales[f"{name}{G_IDX}"] = grid.g_idx.to(torch.int32).contiguous()
+
+    def fused_block(step, groups, block_scales):
+        """Each group compressed in a pre-hook on its linears when its input arrives in one batched forward of
+        every window: the later groups' inputs come through the compressed earlier ones, the output is propagated."""
+        from toolkit.linalg.hessian import HessianAccumulator
+
+        done: set[int] = set()
+
+        def pre_hook(index, group):
+            def hook(module, args):
+                if index in done:  # the group's other linears see the same input after its first one
+                    return
+                done.add(index)
+                accumulator = HessianAccumulator(args[0].shape[-1], device=args[0].device, dtype=dtype)
+                accumulator.add(args[0].detach())
+                accumulator.all_reduce()
+                compress_group(step, group, accumulator.H, block_scales)
+            return hook
+
+        handles = [step.block.get_submodule(path).register_forward_pre_hook(pre_hook(index, group))
+                   for index, group in enumerate(groups) for path in group]
+        try:
+            step.outputs = step.run_batched()
+        finally:
+            for handle in handles:
+                handle.remove()
+        if len(done) != len(groups):
+            raise RuntimeError(f"fused calibration reached {len(done)} of {len(groups)} linear groups")
+
     def on_block(step):
         block_scales = {}
         groups = adapter.sequential_groups()
-        shared = None
-        if not config.true_sequential:  # every group's H from one forward through the block as it came in
-            shared = hessians(step, [step.block.get_submodule(group[0]) for group in groups])
-        for index, group in enumerate(groups):
-            modules = [step.block.get_submodule(path) for path in group]
-            H = shared[index] if shared is not None else hessians(step, modules[:1])[0]
-            weights = [linear_weight(module, adapter.conv1d) for module in modules]
-            solved = _solve_group(weights, H, config, dtype)
-            for path, module, weight, (new, grid) in zip(group, modules, weights, solved):
-                set_linear_weight(module, new.to(weight.dtype), adapter.conv1d)
-                if grid is not None:
-                    name = f"{prefix}.{step.index}.{path}"
-                    block_scales[name] = grid.scales.float().contiguous()
-                    if grid.g_idx is not None:
-                        block_scales[f"{name}{G_IDX}"] = grid.g_idx.to(torch.int32).contiguous()
+        if fused:
+            fused_block(step, groups, block_scales)
+        else:
+            shared = None
+            if not config.true_sequential:  # every group's H from one forward through the block as it came in
+                shared = hessians(step, [step.block.get_submodule(group[0]) for group in groups])
+            for index, group in enumerate(groups):
+                H = shared[index] if shared is not None else hessians(step, [step.block.get_submodule(group[0])])[0]
+                compress_group(step, group, H, block_scales)
         scales.update(block_scales)
         if checkpoints is not None and block_scales:
             save_file(block_scales, str(checkpoints / f"scales_{step.index}.safetensors"))
@@ -252,6 +289,13 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
             counts["kept"] += int((weight != 0).sum())
             counts["total"] += weight.numel()
     return scales, 1 - counts["kept"] / max(counts["total"], 1), g_idx
+
+
+def fused_calibration(config, model, adapter, windows) -> bool:
+    """Whether `_compress_all` calibrates each block in one batched forward (memory.batched_calibration)."""
+    from toolkit.models.memory import batched_calibration, block_dims
+
+    return batched_calibration(config, windows.shape[0], windows.shape[1], block_dims(model, adapter))
 
 
 def _solve_group(weights, H, config, dtype) -> list:

@@ -11,7 +11,8 @@ with inputs = outputs = nsamples × seqlen × hidden × bytes; hessians = copies
 GPTQ with activation ordering (the compress default) holds 8 at once (the accumulator, the damped H and its
 Cholesky factor, the permuted H and its factor, H⁻¹ and its factor U, one temporary); solve_weights = copies ×
 the largest linear's weight (its solve-dtype copy, the permuted copy, the working copy, the result: 5); workspace
-one window's forward through a block (the MLP's intermediate activations and the attention scores). Without
+one window's forward through a block (the MLP's intermediate activations and the attention scores), or every
+window's at once when compress runs its fused calibration (all windows through the block as one batch). Without
 onloading, resident is the whole model. On an accelerator the inputs and outputs stay in host memory and one
 window at a time moves.
 """
@@ -27,6 +28,34 @@ import torch
 from toolkit.core.errors import BadInputError
 
 MB = 2**20
+# the most a fused calibration forward (every window through a block as one batch) may take in workspace; above it
+# compress calibrates one window at a time (toolkit/compress/recipe.py `fused_calibration`)
+FUSED_WORKSPACE_LIMIT = 2**30
+
+
+def window_workspace(seqlen: int, hidden: int, intermediate: int, heads: int, width: int) -> int:
+    """Bytes of one window's forward through a block: the MLP's intermediate activations and the attention scores."""
+    return seqlen * (3 * intermediate + 4 * hidden) * width + heads * seqlen * seqlen * width
+
+
+def batched_calibration(config, nsamples: int, seqlen: int, dims: tuple[int, int, int]) -> bool:
+    """Whether compress calibrates each block in one batched forward (config.fused_calibration = always; auto: when it
+    is true-sequential and the batch's workspace, `dims` = block_dims, fits FUSED_WORKSPACE_LIMIT)."""
+    mode = getattr(config, "fused_calibration", "never")
+    if not getattr(config, "true_sequential", False) or mode == "never":
+        return False
+    return mode == "always" or nsamples * window_workspace(seqlen, *dims, 4) <= FUSED_WORKSPACE_LIMIT
+
+
+def block_dims(model, adapter) -> tuple[int, int, int]:
+    """(hidden, intermediate, heads) of the model's first block, from its linears' shapes (meta weights do)."""
+    from toolkit.models.adapters import get_layers, linear_weight
+
+    layer = get_layers(model, adapter)[0]
+    hidden = linear_weight(layer.get_submodule(adapter.attn_out), adapter.conv1d).shape[0]
+    intermediate = linear_weight(layer.get_submodule(adapter.mlp_down), adapter.conv1d).shape[1]
+    heads = getattr(model.config, "num_attention_heads", None) or getattr(model.config, "n_head", 1)
+    return hidden, intermediate, heads
 
 
 def _bytes(dtype: torch.dtype) -> int:
@@ -63,10 +92,12 @@ def skeleton(config_or_dir):
 
 def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu", onload: bool = True,
                 compute_dtype: torch.dtype = torch.float32, hessian_dtype: torch.dtype = torch.float32,
-                hessian_copies: int = 8, weight_copies: int = 5, save_dtype: torch.dtype | None = None, runtime_bytes: int = 0) -> dict:
+                hessian_copies: int = 8, weight_copies: int = 5, save_dtype: torch.dtype | None = None, runtime_bytes: int = 0,
+                batched: bool = False) -> dict:
     """Bytes per part and the planned peak per device (`cpu`, or `host` + the accelerator) for calibrating and
     compressing layer by layer; `runtime_bytes` (the process before any tensor: interpreter, torch, kernels) is
-    added to the host peak when given (a benchmark measures it)."""
+    added to the host peak when given (a benchmark measures it). `batched`: the calibration forward takes every
+    window at once (compress's fused calibration), so the workspace is nsamples windows'."""
     from toolkit.models.adapters import adapter_for, get_layers, linear_weight
 
     model = skeleton(config_or_dir)
@@ -89,11 +120,9 @@ def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu
         resident -= head.weight.numel()  # the skeleton leaves the tie to loading; one tensor after it
         total -= head.weight.numel()
     block = max(sum(p.numel() for p in layer.parameters()) for layer in layers)
-    hidden = linear_weight(layers[0].get_submodule(adapter.attn_out), adapter.conv1d).shape[0]
+    hidden, intermediate, heads = block_dims(model, adapter)
     largest_in = max(linear_weight(layers[0].get_submodule(group[0]), adapter.conv1d).shape[1]
                      for group in adapter.sequential_groups())
-    intermediate = linear_weight(layers[0].get_submodule(adapter.mlp_down), adapter.conv1d).shape[1]
-    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", 1)
     largest_weight = max(linear_weight(layers[0].get_submodule(p), adapter.conv1d).numel()
                          for p in adapter.block_linears())
     parts = {
@@ -102,7 +131,7 @@ def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu
         "activations": nsamples * seqlen * hidden * width,  # the inputs of one block; its outputs as many again
         "hessians": hessian_copies * largest_in * largest_in * _bytes(hessian_dtype),
         "solve_weights": weight_copies * largest_weight * _bytes(hessian_dtype),
-        "workspace": seqlen * (3 * intermediate + 4 * hidden) * width + heads * seqlen * seqlen * width,
+        "workspace": window_workspace(seqlen, hidden, intermediate, heads, width) * (nsamples if batched else 1),
         "output": total * _bytes(save_dtype or compute_dtype),
     }
     block_part = parts["block_weights"] if onload else 0
@@ -120,6 +149,7 @@ def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu
         devices = {"cpu": peak}
     return {"model_type": config.model_type, "blocks": len(layers), "parameters": total, "hidden": hidden,
             "largest_in_features": largest_in, "nsamples": nsamples, "seqlen": seqlen, "onload": onload,
+            "batched": batched,
             "bytes": parts, "runtime_bytes": runtime_bytes, "peak_bytes": devices,
             "mb": {k: round(v / MB, 2) for k, v in parts.items()},
             "peak_mb": {k: round(v / MB, 2) for k, v in devices.items()}}

@@ -37,6 +37,9 @@ class BlockStep:
     device: str
     extra: dict[str, Any] = field(default_factory=dict)
     probe: Callable[[str], None] | None = None  # memory probe (onloaded pipeline), called after each run()
+    # set by a callback that already ran the changed block over every window (run_batched with hooks that change
+    # the block mid-forward): the pipeline then takes these as the next block's inputs instead of propagating again
+    outputs: list[torch.Tensor] | None = None
 
     def input_hessians(self, modules: list[nn.Module], conv1d: bool = False, dtype=torch.float64) -> list:
         """One calibration forward, stopped after the last of `modules` (linears of this block): a
@@ -71,6 +74,21 @@ class BlockStep:
         if self.probe is not None:
             self.probe(f"block {self.index} calibrated")
         return None
+
+    def run_batched(self) -> list[torch.Tensor]:
+        """Every window through the block as one batch, in one forward (hooks see all windows' inputs at once);
+        outputs on CPU, one per window as `run()` gives them. Windows must share a length."""
+        with torch.no_grad():
+            out = self.block(torch.cat([hidden.to(self.device) for hidden in self.inputs]), *self.args,
+                             **self.kwargs)
+        out = (out[0] if isinstance(out, tuple) else out).cpu()
+        if self.probe is not None:
+            self.probe(f"block {self.index} calibrated and propagated in one batch")
+        return list(out.split([hidden.shape[0] for hidden in self.inputs]))
+
+    def propagated(self) -> list[torch.Tensor]:
+        """The next block's inputs: the outputs a callback already computed, else one propagation forward."""
+        return self.outputs if self.outputs is not None else self.run()
 
     def _forward_all(self) -> list[torch.Tensor]:
         outputs = []
@@ -173,7 +191,7 @@ def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[
         block.to(device)
         step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device)
         on_block(step)
-        inputs = step.run()
+        inputs = step.propagated()
         block.to(original_device)
         if checkpoint_dir is not None:
             _save_progress(checkpoint_dir, index, block, inputs, fingerprint)
@@ -246,7 +264,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
             step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
                              probe=probe)
             on_block(step)
-            inputs = step.run()
+            inputs = step.propagated()
             del step
             if writer is not None:
                 writer.add(_cast(lazy.block_state(index), save_dtype))
