@@ -151,6 +151,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the compressed outputs")
     parser.add_argument("--note", default="2 cores shared with other jobs; runs under nice -n 10",
                         help="how loaded the machine was (goes into RESULTS.md)")
+    parser.add_argument("--layers", type=int, default=0,
+                        help="write the shapes with this many decoder blocks only (per-block cost of a shape whose "
+                             "full depth the CPU cannot afford); rows are labelled '<shape> (<n> blocks)'")
     parser.add_argument("--threads", type=int, default=0, help="torch threads in each compress (0: torch's default)")
     args = parser.parse_args()
     work = Path(args.work)
@@ -178,14 +181,16 @@ def main() -> None:
         return path
 
     for shape in [s for s in args.shapes.split(",") if s]:
-        model = ensure(shape)
+        name = f"{shape}-{args.layers}block" if args.layers else shape
+        model = ensure(shape, name=name, layers=args.layers or None)
+        label = f"{shape} ({args.layers} blocks)" if args.layers else shape
         for method in [m for m in args.methods.split(",") if m]:
-            out = work / f"out-{shape}-{method}"
+            out = work / f"out-{name}-{method}"
             shutil.rmtree(out, ignore_errors=True)
             result = run_child("_compress", str(model), method, str(out), str(args.threads))
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
-            row = {"shape": shape, "method": method, "params": written.get(shape, {}).get("parameters"), **result}
+            row = {"shape": label, "method": method, "params": written.get(name, {}).get("parameters"), **result}
             per_block = result["seconds_per_block"]
             row["seconds_per_block_mean"] = round(sum(per_block) / len(per_block), 2)
             row["seconds_per_block"] = [round(t, 2) for t in per_block]
