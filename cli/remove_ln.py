@@ -52,4 +52,4 @@ config_command(
            "iclrkit remove-ln analyze -m runs/lnfree/model-folded --json",
     flags=["model", "data", "reference", "seqlen", "windows"], common=(*STANDARD, "dtype"),
     inputs=lambda f: {"model": f["model"], "data": f["data"], "reference": f["reference"]}, needs_out=False,
-    optional_out=True)
+    optional_out=True, plan="toolkit.remove_ln.analyze:plan_analyze")

@@ -25,7 +25,7 @@ for _name, _help in ESTIMATORS.items():
         epilog=f"Examples: iclrkit steer {_name} -m zoo:smollm2-135m -d pairs.jsonl --layer 15 -o dirs/ | "
                "pairs.jsonl lines: {\"undesired\": \"...\", \"neutral\": \"...\"}",
         flags=["model", "data", "layers", "position"], common=COMMON, fixed={"method": _name},
-        inputs=lambda f: {"data": f["data"]})
+        inputs=lambda f: {"data": f["data"]}, plan="toolkit.steer.run:plan_estimate")
 
 config_command(
     app, "generate", config=GenerateConfig, run="toolkit.steer.run:run_generate", technique="steer.generate",
@@ -33,7 +33,7 @@ config_command(
     epilog="Examples: iclrkit steer generate -m zoo:smollm2-135m --direction dirs/directions.safetensors "
            "--alpha 1 --prompt 'The soldier drew his sword and' -o gen/",
     flags=["model", "directions", "prompts", "data", "alpha", "operator", "layers", "max_new_tokens"],
-    common=COMMON, inputs=lambda f: {"data": f["data"]})
+    common=COMMON, inputs=lambda f: {"data": f["data"]}, plan="toolkit.steer.run:plan_generate")
 
 config_command(
     app, "sweep", config=SweepConfig, run="toolkit.steer.sweep:run_sweep", technique="steer.sweep",
@@ -42,4 +42,4 @@ config_command(
     epilog="Examples: iclrkit steer sweep -m zoo:smollm2-135m -d pairs.jsonl --prompts prompts.jsonl "
            "--config examples/steer/config.yaml -o sweep/",
     flags=["model", "data", "prompts", "layers", "alphas", "methods", "operator"], common=COMMON,
-    inputs=lambda f: {"data": f["data"], "prompts": f["prompts"]})
+    inputs=lambda f: {"data": f["data"], "prompts": f["prompts"]}, plan="toolkit.steer.run:plan_generate")

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from toolkit.core.config import BaseConfig
-from toolkit.core.fields import data_field
+from toolkit.core.fields import data_field, onload_field
 from toolkit.core.registry import declare
 
 declare("edit", "toolkit.edit.methods")  # every module there registers its method(s)
@@ -42,6 +42,9 @@ class MemitConfig(BaseConfig):
     cov_tokens: int = 100_000  # tokens streamed for C
     cov_seqlen: int = 128
     stats_dir: str | None = None  # covariance cache; None: $ICLRKIT_CACHE_DIR/edit-stats or ~/.cache/iclrkit/...
+    # the covariance pass block by block (toolkit/edit/covariance.py key_covariance_onloaded); the edit itself then
+    # loads the whole model
+    onload: bool = onload_field()
     context_prefixes: int = 10  # model-generated prefixes added to the bare "{}" template
     prefix_tokens: int = 10
     v_num_grad_steps: int = Field(25, description="Value optimisation steps per fact.",

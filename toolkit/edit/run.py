@@ -55,7 +55,8 @@ def run(config: MemitConfig, ctx) -> dict:
     method = method_of(config)
     technique = f"edit.{method.name}"
     facts = load_facts(config.data, config.n_edits)
-    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
+    covs, cov_seconds = _onloaded_covariance(config, ctx, facts) if config.onload else (None, 0.0)
+    model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)  # the edit needs the whole model
     model.eval()
     for param in model.parameters():
         param.requires_grad_(False)
@@ -66,11 +67,12 @@ def run(config: MemitConfig, ctx) -> dict:
         target_ids(tokenizer, request.target_new, request.record_id)
     ctx.inputs.update({"model": config.model, "data": config.data})
     device = ctx.device
-    clock = time.perf_counter()
-    ctx.record_cache("edit-stats", stats_dir(config.stats_dir))  # written outside --out: named in run.json
-    covs = key_covariance(ectx, layers, load_text(config.cov_data), config.cov_tokens, config.cov_seqlen,
-                          stats_dir(config.stats_dir))
-    cov_seconds = time.perf_counter() - clock
+    if covs is None:
+        clock = time.perf_counter()
+        ctx.record_cache("edit-stats", stats_dir(config.stats_dir))  # written outside --out: named in run.json
+        covs = key_covariance(ectx, layers, load_text(config.cov_data), config.cov_tokens, config.cov_seqlen,
+                              stats_dir(config.stats_dir))
+        cov_seconds = time.perf_counter() - clock
     templates = context_templates(ectx, config.context_prefixes, config.prefix_tokens)
     ectx = ectx.with_templates(templates)
     before, after = [], []  # per-record scores -> results.jsonl
@@ -126,7 +128,7 @@ def run(config: MemitConfig, ctx) -> dict:
     if config.values:
         metrics["values_from"] = config.values  # δ reused: edit_seconds covers the insertion only
     metrics.update({"n_edits": len(facts), "layers": layers, "edit_seconds": round(edit_seconds, 2),
-                    "covariance_seconds": round(cov_seconds, 2)})
+                    "covariance_seconds": round(cov_seconds, 2), "covariance_onloaded": config.onload})
     if per_batch:
         metrics["batches"] = per_batch
     ctx.metrics.update(metrics)  # the run record: the runner writes it to run.json
@@ -139,6 +141,28 @@ def run(config: MemitConfig, ctx) -> dict:
     return metrics
 
 
+def _onloaded_covariance(config: MemitConfig, ctx, facts) -> tuple[dict, float]:
+    """(covariances, seconds) with one block in memory (onload=true), before the whole model is loaded for the
+    edit: the layers and the facts' targets are checked first, as the resident path does."""
+    from toolkit.data.text import load_text
+    from toolkit.edit.covariance import key_covariance_onloaded
+    from toolkit.models.lazy import LazyModel, onload_source
+    from toolkit.models.source import load_tokenizer
+
+    lazy = LazyModel(onload_source(config.model), dtype=ctx.torch_dtype or torch.float32)
+    tokenizer = load_tokenizer(config.model)
+    n_layers = len(lazy.layers)
+    layers = check_layers(config.layers if config.layers is not None else default_layers(n_layers), n_layers)
+    for request in facts:
+        target_ids(tokenizer, request.target_new, request.record_id)
+    clock = time.perf_counter()
+    ctx.record_cache("edit-stats", stats_dir(config.stats_dir))
+    covs = key_covariance_onloaded(lazy, tokenizer, layers, load_text(config.cov_data), config.cov_tokens,
+                                   config.cov_seqlen, stats_dir(config.stats_dir), device=ctx.device,
+                                   progress=ctx.progress)
+    return covs, time.perf_counter() - clock
+
+
 def plan(config: MemitConfig, ctx) -> dict:
     from toolkit.edit.facts import load_facts
 
@@ -146,4 +170,36 @@ def plan(config: MemitConfig, ctx) -> dict:
     facts = load_facts(config.data, config.n_edits)
     return {"method": method.name, "n_edits": len(facts),
             "layers": config.layers or "default ([3,4] with >= 8 blocks)",
-            "batch_size": config.batch_size or len(facts), "stats_dir": str(stats_dir(config.stats_dir))}
+            "batch_size": config.batch_size or len(facts), "stats_dir": str(stats_dir(config.stats_dir)),
+            "memory": _memory_plan(config, ctx)}
+
+
+def _memory_plan(config: MemitConfig, ctx) -> dict:
+    """The covariance pass (block by block with onload=true) and the edit, which needs the whole model."""
+    from pathlib import Path
+
+    from toolkit.nn.onload_stats import check_onload_source, inference_plan, stats_plan
+
+    if config.onload:
+        check_onload_source(config.model)
+    dtype = ctx.torch_dtype or torch.float32
+    covariance = {"onload": config.onload, "mb": "not planned: --model is not a local directory with config.json"}
+    source = Path(str(config.model)).expanduser()
+    if (source / "config.json").is_file():
+        from toolkit.models.adapters import adapter_for, get_layers, linear_weight
+        from toolkit.models.memory import skeleton
+
+        model = skeleton(source)
+        adapter = adapter_for(model)
+        blocks = get_layers(model, adapter)
+        layers = config.layers if config.layers is not None else default_layers(len(blocks))
+        keys = linear_weight(blocks[0].get_submodule(adapter.mlp_down), adapter.conv1d).shape[1]
+        covariance = stats_plan(str(source), onload=config.onload, windows=max(1, -(-config.cov_tokens //
+                                config.cov_seqlen)), seqlen=config.cov_seqlen, blocks=max(layers) + 1, batch=8,
+                                statistics_bytes=len(layers) * keys * keys * 8, compute_dtype=dtype)
+    edit = inference_plan(str(config.model), "the context prefixes and the fluency evaluation generate text "
+                          "(every block per token), the value optimisation backpropagates through the blocks above "
+                          "the last edit layer, and each batch's update rewrites the edit layers before the next "
+                          "batch's keys are read: the whole model is loaded after the covariance pass",
+                          compute_dtype=dtype)
+    return {"covariance": covariance, "edit": edit}

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from toolkit.core.config import BaseConfig
-from toolkit.core.fields import data_field, model_field
+from toolkit.core.fields import data_field, model_field, onload_field
 
 SigmaMode = Literal["recompute_on_real", "recompute_on_fake", "initial"]
 
@@ -65,3 +65,4 @@ class AnalyzeConfig(BaseConfig):
     windows: int = Field(16, description="Windows for DLA.")
     eval_windows: int | None = 200  # CE on at most this many windows
     top: int = 10  # components listed by mean |DLA| on the correct next token
+    onload: bool = onload_field()  # DLA and CE block by block (remove_ln/analyze.py analyze_onloaded)

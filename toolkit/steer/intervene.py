@@ -83,6 +83,45 @@ def read_activations(model, tokenizer, texts: Sequence[str], layers: Sequence[in
     return {layer: torch.cat(parts) for layer, parts in rows.items()}
 
 
+@torch.no_grad()
+def read_activations_onloaded(lazy, tokenizer, texts: Sequence[str], layers: Sequence[int], position: str = "last",
+                              batch_size: int = 16, device: str = "cpu", progress=None,
+                              probe=None) -> tuple[dict[int, torch.Tensor], str]:
+    """(read_activations, model_fingerprint) of a `toolkit.models.lazy.LazyModel` with one block in memory (steer
+    --set onload=true): blocks 0..max(layers) are read from the shards one at a time and freed. Each text runs
+    unpadded, texts of one length batched together: with right padding and a causal mask the real positions'
+    hidden states do not depend on the padding, so the rows are the resident path's (up to rounding)."""
+    from toolkit.nn.onload_stats import BlockStream
+
+    require(position in ("last", "mean"), f"unknown position '{position}'", "use last or mean")
+    require(len(texts) > 0, "no texts to read activations from")
+    ids, by_length = [], {}
+    for start in range(0, len(texts), batch_size):
+        batch = encode(tokenizer, texts[start:start + batch_size], context_length(lazy.model))
+        for row, length in zip(batch["input_ids"], batch["attention_mask"].sum(1).tolist()):
+            by_length.setdefault(length, []).append(len(ids))
+            ids.append(row[:length])
+    stream = BlockStream(lazy, device, probe)
+    members = list(by_length.values())
+    groups = [stream.windows(torch.stack([ids[i] for i in group]), batch_size) for group in members]
+    rows: dict[int, list] = {layer: [None] * len(texts) for layer in layers}
+
+    def after(index, groups):
+        if index not in rows:
+            return
+        for group, inputs in zip(members, groups):
+            hidden = torch.cat(inputs.hidden).float()
+            for i, row in zip(group, hidden[:, -1] if position == "last" else hidden.mean(1)):
+                rows[index][i] = row
+
+    stream.run(groups, last=max(layers), after=after, progress=progress)
+    first = next(iter(lazy.layers[0].named_parameters()))[0]
+    embedding = lazy.model.get_input_embeddings().weight  # on `device`: summed where a resident model sums it
+    fingerprint = _fingerprint(lazy.model.config, embedding,
+                               lazy.index.get(lazy.block_prefix(0) + first, lazy.dtype).to(embedding.device))
+    return {layer: torch.stack(parts) for layer, parts in rows.items()}, fingerprint
+
+
 def steer_fn(direction: torch.Tensor, alpha: float, operator: str = "add", threshold: float = 0.0):
     """The edit applied to every position's residual stream h:
 
@@ -133,11 +172,14 @@ def steering(model, edits: Sequence[tuple[int, torch.Tensor]], alpha: float, ope
 def model_fingerprint(model) -> str:
     """sha256 (16 hex) of the architecture and a checksum of the embedding and first-block weights, so a direction
     is never applied to a different model by accident."""
-    config = model.config
+    return _fingerprint(model.config, model.get_input_embeddings().weight,
+                        next(model.get_submodule(block_path(model, 0)).parameters()))
+
+
+def _fingerprint(config, embedding: torch.Tensor, first_block: torch.Tensor) -> str:
     keys = ("model_type", "hidden_size", "num_hidden_layers", "n_layer", "n_embd", "vocab_size")
     digest = hashlib.sha256(json.dumps({k: getattr(config, k, None) for k in keys}, sort_keys=True).encode())
-    embedding = model.get_input_embeddings().weight.detach().float()
-    first_block = next(model.get_submodule(block_path(model, 0)).parameters()).detach().float()
+    embedding, first_block = embedding.detach().float(), first_block.detach().float()
     digest.update(f"{embedding.sum().item():.6e}|{embedding.abs().sum().item():.6e}".encode())
     digest.update(f"{first_block.sum().item():.6e}|{first_block.abs().sum().item():.6e}".encode())
     return digest.hexdigest()[:16]

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
-from toolkit.core.fields import data_field, layers_field, model_field
+from toolkit.core.fields import data_field, layers_field, model_field, onload_field
 from toolkit.core.records import JsonlWriter
 
 Method = Literal["pcms", "ums", "ilcs"]
@@ -35,6 +35,7 @@ class SteerConfig(BaseConfig):
     pair_index: int = 0  # ILCS: which pair gives the single-instance direction
     split_repeats: int = 20  # random halvings averaged in the split-half cosine
     batch_size: int = 16
+    onload: bool = onload_field()  # blocks 0..max(layers) one at a time (intervene.read_activations_onloaded)
 
 
 class GenerateConfig(BaseConfig):
@@ -131,10 +132,15 @@ def run_estimate(config: SteerConfig, ctx) -> dict:
 
     undesired, neutral, n_pairs = load_examples(config.data)
     undesired, neutral = _method_inputs(config.method, undesired, neutral, n_pairs)
-    model, tokenizer = _load(config.model, ctx)
-    layers = check_layers(model, config.layers or _default_layers(num_layers(model), 1))
-    acts_u = read_activations(model, tokenizer, undesired, layers, config.position, config.batch_size, ctx.device)
-    acts_n = read_activations(model, tokenizer, neutral, layers, config.position, config.batch_size, ctx.device)
+    if config.onload:
+        layers, acts_u, acts_n, fingerprint = _onloaded_activations(config, ctx, undesired, neutral)
+    else:
+        model, tokenizer = _load(config.model, ctx)
+        layers = check_layers(model, config.layers or _default_layers(num_layers(model), 1))
+        acts_u = read_activations(model, tokenizer, undesired, layers, config.position, config.batch_size,
+                                  ctx.device)
+        acts_n = read_activations(model, tokenizer, neutral, layers, config.position, config.batch_size, ctx.device)
+        fingerprint = model_fingerprint(model)
     directions, per_layer = {}, {}
     for layer in layers:
         directions[layer] = estimate(config.method, acts_u[layer], acts_n[layer], config.pair_index)
@@ -145,10 +151,62 @@ def run_estimate(config: SteerConfig, ctx) -> dict:
         per_layer[str(layer)] = stats
     save_directions(ctx.path("directions.safetensors"), directions,
                     {"method": config.method, "layers": json.dumps(layers), "position": config.position,
-                     "model": config.model, "model_fingerprint": model_fingerprint(model)})
+                     "model": config.model, "model_fingerprint": fingerprint})
     ctx.metrics.update({"method": config.method, "n_undesired": len(undesired), "n_neutral": len(neutral),
-                        "n_pairs": n_pairs, "layers": per_layer})
+                        "n_pairs": n_pairs, "layers": per_layer, "onload": config.onload})
     return ctx.metrics
+
+
+def _onloaded_activations(config: SteerConfig, ctx, undesired: list[str], neutral: list[str]):
+    """(layers, undesired rows, neutral rows, model fingerprint) read with one block in memory (onload=true)."""
+    import torch
+
+    from toolkit.models.lazy import LazyModel, onload_source
+    from toolkit.models.source import load_tokenizer
+    from toolkit.steer.intervene import check_layers, read_activations_onloaded
+
+    lazy = LazyModel(onload_source(config.model), dtype=ctx.torch_dtype or torch.float32)
+    ctx.inputs["model"] = config.model
+    layers = check_layers(lazy.model, config.layers or _default_layers(len(lazy.layers), 1))
+    acts, fingerprint = read_activations_onloaded(lazy, load_tokenizer(config.model), undesired + neutral, layers,
+                                                  config.position, config.batch_size, ctx.device, ctx.progress)
+    count = len(undesired)
+    return (layers, {l: a[:count] for l, a in acts.items()}, {l: a[count:] for l, a in acts.items()},
+            fingerprint)
+
+
+def plan_estimate(config: SteerConfig, ctx) -> dict:
+    """--dry-run: the activation pass, block by block with onload=true (blocks 0..max(layers))."""
+    from pathlib import Path
+
+    from toolkit.nn.onload_stats import check_onload_source, stats_plan
+
+    if config.onload:
+        check_onload_source(config.model)
+    undesired, neutral, n_pairs = load_examples(config.data)
+    undesired, neutral = _method_inputs(config.method, undesired, neutral, n_pairs)
+    plan = {"method": config.method, "n_undesired": len(undesired), "n_neutral": len(neutral),
+            "layers": config.layers or "default (the middle block)", "position": config.position}
+    texts, longest = undesired + neutral, 1
+    if Path(str(config.model), "config.json").is_file():  # an upper bound: every text as long as the longest
+        from toolkit.models.source import load_tokenizer
+
+        tokenizer = load_tokenizer(config.model)
+        longest = max(len(tokenizer(text)["input_ids"]) for text in texts)
+    plan["memory"] = stats_plan(config.model, onload=config.onload, windows=len(texts), seqlen=longest,
+                                blocks=max(config.layers) + 1 if config.layers else None, batch=config.batch_size)
+    if not config.layers and "blocks" in plan["memory"]:
+        plan["memory"]["blocks_read"] = _default_layers(plan["memory"]["blocks"], 1)[0] + 1
+    return plan
+
+
+def plan_generate(config, ctx) -> dict:
+    """--dry-run of `steer generate` / `steer sweep`: generation under steering needs the whole model."""
+    from toolkit.nn.onload_stats import inference_plan
+
+    return {"memory": inference_plan(config.model, "steered generation runs every block for each new token (and "
+                                     "sweep scores perplexity and KL through the whole model), so the model is "
+                                     "loaded whole")}
 
 
 def _prompt_list(config: GenerateConfig) -> list[str]:
