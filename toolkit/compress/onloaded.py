@@ -77,6 +77,7 @@ def run_compress_onloaded(config, ctx, calibration, compress_all) -> dict:
                         "onload": True, "linears": len(lazy.layers) * len(lazy.adapter.block_linears()),
                         "sparsity": round(kept, 4), "calibration_windows": int(windows.shape[0]),
                         "seqlen": int(windows.shape[1]), "seconds_per_block": [round(t, 3) for t in per_block],
+                        "cpu_seconds_per_block": [round(t, 3) for t in summary.get("cpu_seconds_per_block", [])],
                         **ranks_metric()})
     if out_dir is not None:
         finish_onloaded_export(config, source, out_dir, lazy.dtype)

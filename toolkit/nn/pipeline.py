@@ -248,7 +248,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
     writer = None
     if out_dir is not None and rank == 0:
         writer = ShardWriter(out_dir, lazy.output_layout(save_dtype), max_shard_bytes)
-    seconds = []
+    seconds, cpu_seconds = [], []  # wall, and this process's CPU time (robust to other jobs on the machine)
     try:
         lazy.load_non_block()
         if probe is not None:
@@ -257,7 +257,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
         args, kwargs = _to(args, device), _to(kwargs, device)
         indices = range(len(lazy.layers))
         for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             block = lazy.load_block(index).to(device)
             if probe is not None:
                 probe(f"block {index} loaded")
@@ -270,6 +270,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
                 writer.add(_cast(lazy.block_state(index), save_dtype))
             lazy.free_block(index)
             seconds.append(time.perf_counter() - started)
+            cpu_seconds.append(time.process_time() - cpu_started)
         del inputs
         if on_done is not None:
             on_done(lazy)
@@ -279,7 +280,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
         if writer is not None:
             writer.abort()
         raise
-    summary = {"blocks": len(lazy.layers), "seconds_per_block": seconds}
+    summary = {"blocks": len(lazy.layers), "seconds_per_block": seconds, "cpu_seconds_per_block": cpu_seconds}
     if writer is not None:
         summary["index"] = writer.close()
         summary["bytes_written"] = writer.total_bytes
