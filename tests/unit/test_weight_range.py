@@ -26,3 +26,15 @@ def test_full_range_mse_search_starts_from_its_own_base():
     assert (full <= W.abs().amax(dim=1) / 7.5 + 1e-7).all()
     grid = fit_grid(W, 4, group_size=32, full_range=True)
     assert grid.scales.shape == (8, 4)
+
+
+def test_grid_defaults_follow_the_rotation():
+    from toolkit.compress.baselines import GptqConfig
+    from toolkit.compress.recipe import resolve_actorder
+
+    unrotated = resolve_actorder(GptqConfig(model="m"), rotate=False)
+    rotated = resolve_actorder(GptqConfig(model="m"), rotate=True)
+    assert (unrotated.actorder, unrotated.w_clip, unrotated.w_range) == ("static", False, "full")
+    assert (rotated.actorder, rotated.w_clip, rotated.w_range) == ("none", True, "signed")
+    chosen = resolve_actorder(GptqConfig(model="m", w_clip=True, w_range="full", actorder="none"), rotate=False)
+    assert (chosen.actorder, chosen.w_clip, chosen.w_range) == ("none", True, "full")  # what the user set stays

@@ -49,10 +49,13 @@ class CompressConfig(BaseConfig):
     seqlen: int = Field(2048, gt=1, description="Tokens per calibration window (capped at the model's context).")
     percdamp: float = Field(0.01, ge=0)  # Hessian damping, as a share of mean(diag H); escalates ×10 on failure
     blocksize: int = Field(128, gt=0)  # GPTQ/SparseGPT lazy-batch width
-    w_clip: bool = True  # MSE clip search for the weight scales (grid 100, max shrink 0.8, norm 2.4)
+    # MSE clip search for the weight scales (grid 100, max shrink 0.8, norm 2.4); None = auto: on for rotated
+    # models, off (min-max) on unrotated ones — measured on SmolLM2 W4A16 GPTQ (examples/obr/RESULTS.md, issue 32)
+    w_clip: bool | None = None
     # the unclipped scale: max|w|/(2^{b-1}-1) ("signed": GPTQ's reference, code -2^{b-1} unused) or
-    # max|w|/(2^{b-1}-1/2) ("full": llm-compressor / compressed-tensors' min-max, all 2^b codes in use)
-    w_range: Literal["signed", "full"] = "signed"
+    # max|w|/(2^{b-1}-1/2) ("full": llm-compressor / compressed-tensors' min-max, all 2^b codes in use);
+    # auto: full with min-max scales, signed under the clip search
+    w_range: Literal["auto", "signed", "full"] = "auto"
     a_clip_ratio: float = Field(1.0, gt=0, le=1)
     rotate: bool | None = Field(None, description="QuaRot rotation (default: on for RMSNorm models, off with a "
                                                   "note otherwise).")

@@ -38,7 +38,8 @@ class LinearJob:
 
         if self.bits >= 16:
             return None
-        return fit_grid(self.W if weights is None else weights, self.bits, self.config.w_clip,
+        clip = getattr(self.config, "w_clip", True)  # unresolved (a config outside run_compress): the clip search
+        return fit_grid(self.W if weights is None else weights, self.bits, True if clip is None else clip,
                         self.config.group_size, self.group_order,
                         full_range=getattr(self.config, "w_range", "signed") == "full")
 

@@ -43,13 +43,19 @@ def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
 
 
 def resolve_actorder(config, rotate: bool, ctx=None):
-    """actorder=auto → static on unrotated models, none on rotated ones (measured on SmolLM2, RESULTS.md); the
-    effective value is recorded in the metrics."""
-    if getattr(config, "actorder", None) != "auto":
-        return config
-    config = config.model_copy(update={"actorder": "none" if rotate else "static"})
+    """The rotation-dependent defaults, measured on SmolLM2 W4A16 GPTQ (examples/obr/RESULTS.md): actorder=auto →
+    static unrotated, none rotated; w_clip=None → the MSE clip search rotated, min-max unrotated; w_range=auto →
+    full with min-max scales, signed under the clip search. The effective values are recorded in the metrics."""
+    update = {}
+    if getattr(config, "actorder", None) == "auto":
+        update["actorder"] = "none" if rotate else "static"
+    if hasattr(config, "w_clip") and config.w_clip is None:
+        update["w_clip"] = bool(rotate)
+    if getattr(config, "w_range", None) == "auto":
+        update["w_range"] = "signed" if update.get("w_clip", config.w_clip) else "full"
+    config = config.model_copy(update=update)
     if ctx is not None:
-        ctx.metrics["actorder"] = config.actorder
+        ctx.metrics.update(update)
     return config
 
 
