@@ -88,7 +88,8 @@ def child_compress(model: str, method: str, out: str, threads: str = "0") -> dic
             "baseline_rss_mb": round(baseline / MB), "planned_mb": round(plan["peak_bytes"]["cpu"] / MB),
             "plan": plan["mb"], "sparsity": ctx.metrics["sparsity"], "blocks": plan["blocks"],
             "output_mb": round(dir_bytes(Path(out) / "model") / MB, 1), "threads": torch.get_num_threads(),
-            "calibration": ctx.metrics.get("calibration")}
+            "calibration": ctx.metrics.get("calibration"),
+            "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_")}
 
 
 def child_merge(models: str, out: str) -> dict:
@@ -111,7 +112,10 @@ def run_child(*args: str) -> dict:
     niceness = os.nice(0)  # children run at niceness 10 (not 10 on top of an already niced driver)
     prefix = ["nice", "-n", str(10 - niceness)] if niceness < 10 else []
     command = [*prefix, sys.executable, str(Path(__file__).resolve()), *args]
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    # the CLI's allocator policy (cli/_runner.apply_allocator): the children call the library, not the CLI
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MALLOC_MMAP_THRESHOLD_": os.environ.get("MALLOC_MMAP_THRESHOLD_",
+                                                                                       str(1 << 20))}
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise SystemExit(f"child failed ({' '.join(args)}):\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])

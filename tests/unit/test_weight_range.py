@@ -38,3 +38,4 @@ def test_grid_defaults_follow_the_rotation():
     assert (rotated.actorder, rotated.w_clip, rotated.w_range) == ("none", True, "signed")
     chosen = resolve_actorder(GptqConfig(model="m", w_clip=True, w_range="full", actorder="none"), rotate=False)
     assert (chosen.actorder, chosen.w_clip, chosen.w_range) == ("none", True, "full")  # what the user set stays
+
