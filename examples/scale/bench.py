@@ -87,6 +87,7 @@ def child_compress(model: str, method: str, out: str, threads: str = "0") -> dic
             "cpu_seconds_per_block": [round(t, 2) for t in ctx.metrics["cpu_seconds_per_block"]], "peak_rss_mb": round(peak_rss_bytes() / MB),
             "baseline_rss_mb": round(baseline / MB), "planned_mb": round(plan["peak_bytes"]["cpu"] / MB),
             "plan": plan["mb"], "sparsity": ctx.metrics["sparsity"], "blocks": plan["blocks"],
+            "parameters": plan["parameters"],
             "output_mb": round(dir_bytes(Path(out) / "model") / MB, 1), "threads": torch.get_num_threads(),
             "calibration": ctx.metrics.get("calibration"),
             "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_")}
@@ -195,7 +196,9 @@ def main() -> None:
             result = run_child("_compress", str(model), method, str(out), str(args.threads))
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
-            row = {"shape": label, "method": method, "params": written.get(name, {}).get("parameters"), **result}
+            row = {"shape": label, "method": method,
+                   "params": written.get(name, {}).get("parameters") or result.pop("parameters", None), **result}
+            row.pop("parameters", None)
             per_block = result["seconds_per_block"]
             row["seconds_per_block_mean"] = round(sum(per_block) / len(per_block), 2)
             cpu_blocks = result["cpu_seconds_per_block"]
@@ -242,6 +245,32 @@ def main() -> None:
         print(json.dumps(row), flush=True)
 
 
+def fit_lines(rows: list[dict]) -> list[str]:
+    """Per method: the exponent b of CPU seconds ∝ parameters^b (least squares on logs) over the full-depth shapes
+    measured with one thread, and the spread of the CPU seconds per block across depth."""
+    import math
+
+    lines = []
+    for method in sorted({r["method"] for r in rows}):
+        points = [(r["params"], r["cpu_seconds"]) for r in rows if r["method"] == method and r.get("cpu_seconds")
+                  and r.get("params") and "blocks)" not in r["shape"] and r.get("threads") == 1]
+        if len(points) < 2:
+            continue
+        xs, ys = [math.log(p) for p, _ in points], [math.log(t) for _, t in points]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        lines.append(f"- {method}: CPU seconds ∝ parameters^{slope:.2f} over {len(points)} shapes "
+                     f"({', '.join(f'{p / 1e6:.0f}M: {t:.0f} s' for p, t in sorted(points))}).")
+    for r in rows:
+        blocks = r.get("cpu_seconds_per_block") or []
+        if len(blocks) >= 4:
+            half = len(blocks) // 2
+            first, second = sum(blocks[:half]) / half, sum(blocks[half:]) / (len(blocks) - half)
+            lines.append(f"- {r['shape']} {r['method']}: CPU s/block first half {first:.2f}, second half "
+                         f"{second:.2f} (min {min(blocks):.2f}, max {max(blocks):.2f}).")
+    return lines
+
+
 def cpu_span(row: dict) -> str:
     blocks = row.get("cpu_seconds_per_block") or []
     return f"{blocks[0]}→{blocks[-1]}" if blocks else "-"
@@ -276,6 +305,9 @@ def write_markdown(data: dict) -> None:
                   "| model | parameters | seconds | disk MB |", "|---|---|---|---|"]
         for name, info in written.items():
             lines.append(f"| {name} | {info['parameters'] / 1e6:.1f}M | {info['seconds']} | {info['disk_mb']} |")
+    fits = fit_lines(rows)
+    if fits:
+        lines += ["", "Cost growth (computed from the rows above):", "", *fits]
     notes = data.get("notes", [])
     if notes:
         lines += ["", *notes]
