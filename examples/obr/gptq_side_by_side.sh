@@ -54,7 +54,7 @@ for row in $ROWS; do
     ours) $CLI compress gptq $COMMON $flags --out "$dir" > /dev/null ;;
     ours1) $CLI compress gptq $COMMON $flags --set true_sequential=false --out "$dir" > /dev/null ;;
     ours0) $CLI compress gptq $COMMON $flags --set fused_calibration=never --out "$dir" > /dev/null ;;
-    obr) $CLI compress obr $COMMON $flags --sparsity 0.5 --out "$dir" > /dev/null ;;
+    obr) $CLI compress obr $COMMON ${flags#--actorder $order } --sparsity 0.5 --out "$dir" > /dev/null ;;  # OBR: no actorder
     ours2) $CLI compress sparsegpt-gptq $COMMON $flags --sparsity 0.5 --out "$dir" > /dev/null ;;
     peer|peer2)
       [ "$rot" = 1 ] && { echo "peer rows are unrotated only: skipping $row" >&2; continue; }
