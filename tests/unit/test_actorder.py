@@ -160,14 +160,14 @@ def test_gptq_on_rows_stacked_from_linears_sharing_an_input_is_gptq_on_each(acto
 
 def test_auto_ordering_is_static_unrotated_and_none_rotated():
     from toolkit.compress.config import SparsegptGptqConfig
-    from toolkit.compress.recipe import resolve_actorder
+    from toolkit.compress.recipe import resolve_defaults
 
     for cls in (GptqConfig, SparsegptGptqConfig):
         config = cls(model="unused")
         assert config.actorder == "auto"
-        assert resolve_actorder(config, rotate=False).actorder == "static"
-        assert resolve_actorder(config, rotate=True).actorder == "none"
-        assert resolve_actorder(cls(model="unused", actorder="static"), rotate=True).actorder == "static"
+        assert resolve_defaults(config, rotate=False).actorder == "static"
+        assert resolve_defaults(config, rotate=True).actorder == "none"
+        assert resolve_defaults(cls(model="unused", actorder="static"), rotate=True).actorder == "static"
     W, H = _problem(9, dtype=torch.float32)
     config = GptqConfig(model="unused")  # unresolved auto (a direct call): ordered, as static
     assert torch.equal(compress_linear(W, H, config, 0.01)[0],

@@ -30,12 +30,12 @@ def test_full_range_mse_search_starts_from_its_own_base():
 
 def test_grid_defaults_follow_the_rotation():
     from toolkit.compress.baselines import GptqConfig
-    from toolkit.compress.recipe import resolve_actorder
+    from toolkit.compress.recipe import resolve_defaults
 
-    unrotated = resolve_actorder(GptqConfig(model="m"), rotate=False)
-    rotated = resolve_actorder(GptqConfig(model="m"), rotate=True)
+    unrotated = resolve_defaults(GptqConfig(model="m"), rotate=False)
+    rotated = resolve_defaults(GptqConfig(model="m"), rotate=True)
     assert (unrotated.actorder, unrotated.w_clip, unrotated.w_range) == ("static", False, "full")
     assert (rotated.actorder, rotated.w_clip, rotated.w_range) == ("none", True, "signed")
-    chosen = resolve_actorder(GptqConfig(model="m", w_clip=True, w_range="full", actorder="none"), rotate=False)
+    chosen = resolve_defaults(GptqConfig(model="m", w_clip=True, w_range="full", actorder="none"), rotate=False)
     assert (chosen.actorder, chosen.w_clip, chosen.w_range) == ("none", True, "full")  # what the user set stays
 

@@ -15,7 +15,7 @@ Activation ordering (`actorder`, GPTQ and the two-stage baseline only; OBR's off
   scales fitted on the un-permuted weights, groups of consecutive original columns; the stored format is unchanged;
 - group (llm-compressor's deprecated "group"/"dynamic"): groups are runs of the activation-ordered columns, scales
   fitted on the permuted weights; the packed file stores each column's group (`g_idx`). Needs `group_size`;
-- auto (the default): static on unrotated models, none on rotated ones (recipe.resolve_actorder), as measured on
+- auto (the default): static on unrotated models, none on rotated ones (recipe.resolve_defaults), as measured on
   SmolLM2 W4A16 (examples/obr/RESULTS.md: ordering 70.48 → 55.75 ppl unrotated, 41.66 → 43.16 rotated).
 """
 

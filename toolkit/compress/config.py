@@ -80,6 +80,16 @@ class CompressConfig(BaseConfig):
     fused_calibration: Literal["auto", "always", "never"] = "auto"
     onload: bool = onload_field()  # toolkit/compress/onloaded.py
 
+    def fused_calibration_fits(self, nsamples: int, seqlen: int, dims: tuple[int, int, int]) -> bool:
+        """Whether the layer loop calibrates each block in one batched forward: fused_calibration=always, or auto
+        with true_sequential and the batch's workspace (`dims` = memory.block_dims) within FUSED_WORKSPACE_LIMIT."""
+        from toolkit.models.memory import FUSED_WORKSPACE_LIMIT, batched_workspace
+
+        if not self.true_sequential or self.fused_calibration == "never":
+            return False
+        return self.fused_calibration == "always" or batched_workspace(nsamples, seqlen, *dims, 4) <= \
+            FUSED_WORKSPACE_LIMIT
+
     @field_validator("w_bits", "a_bits", "kv_bits")
     @classmethod
     def _bits(cls, value: int) -> int:

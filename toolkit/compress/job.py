@@ -38,10 +38,9 @@ class LinearJob:
 
         if self.bits >= 16:
             return None
-        clip = getattr(self.config, "w_clip", True)  # unresolved (a config outside run_compress): the clip search
-        return fit_grid(self.W if weights is None else weights, self.bits, True if clip is None else clip,
-                        self.config.group_size, self.group_order,
-                        full_range=getattr(self.config, "w_range", "signed") == "full")
+        clip = self.config.w_clip  # None: a config run_compress did not resolve (recipe.resolve_defaults) — clip
+        return fit_grid(self.W if weights is None else weights, self.bits, clip is None or clip,
+                        self.config.group_size, self.group_order, full_range=self.config.w_range == "full")
 
     @cached_property
     def grid(self):

@@ -36,10 +36,10 @@ def plan_onloaded(config, ctx) -> dict:
 
 def _batched(config, source) -> bool:
     from toolkit.models.adapters import adapter_for
-    from toolkit.models.memory import batched_calibration, block_dims, skeleton
+    from toolkit.models.memory import block_dims, skeleton
 
     model = skeleton(source)
-    return batched_calibration(config, config.nsamples, config.seqlen, block_dims(model, adapter_for(model)))
+    return config.fused_calibration_fits(config.nsamples, config.seqlen, block_dims(model, adapter_for(model)))
 
 
 def run_compress_onloaded(config, ctx, calibration, compress_all) -> dict:

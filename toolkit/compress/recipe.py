@@ -42,14 +42,14 @@ def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
     return method.obj(LinearJob(W, hessian_raw, hessian, config))
 
 
-def resolve_actorder(config, rotate: bool, ctx=None):
+def resolve_defaults(config, rotate: bool, ctx=None):
     """The rotation-dependent defaults, measured on SmolLM2 W4A16 GPTQ (examples/obr/RESULTS.md): actorder=auto →
     static unrotated, none rotated; w_clip=None → the MSE clip search rotated, min-max unrotated; w_range=auto →
     full with min-max scales, signed under the clip search. The effective values are recorded in the metrics."""
     update = {}
     if getattr(config, "actorder", None) == "auto":
         update["actorder"] = "none" if rotate else "static"
-    if hasattr(config, "w_clip") and config.w_clip is None:
+    if config.w_clip is None:
         update["w_clip"] = bool(rotate)
     if getattr(config, "w_range", None) == "auto":
         update["w_range"] = "signed" if update.get("w_clip", config.w_clip) else "full"
@@ -134,14 +134,14 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     if config.onload:
         from toolkit.compress.onloaded import run_compress_onloaded
 
-        return run_compress_onloaded(resolve_actorder(config, False, ctx), ctx, _calibration, _compress_all)
+        return run_compress_onloaded(resolve_defaults(config, False, ctx), ctx, _calibration, _compress_all)
 
     # the model (and its forwards) in --dtype; Hessians and solves in solve_dtype; weights written back in --dtype
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     adapter = adapter_for(model)
     ctx.inputs["model"] = config.model
     rotate = _resolve_rotate(config, adapter)
-    config = resolve_actorder(config, rotate, ctx)
+    config = resolve_defaults(config, rotate, ctx)
     windows = _calibration(config, tokenizer, model, ctx.seed, ctx)
     started = time.perf_counter()
     rotation = None
@@ -190,6 +190,7 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
     from safetensors.torch import load_file, save_file
 
     from toolkit.models.adapters import layers_path, linear_weight, set_linear_weight
+    from toolkit.models.memory import block_dims
     from toolkit.nn.distributed import dist_info
     from toolkit.nn.pipeline import run_sequential
 
@@ -200,15 +201,13 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
     counts = {"kept": 0, "total": 0}
     checkpoints = ctx.checkpoint_dir if ctx.out is not None and dist_info()[0] == 0 else None
 
-    def hessians(step, firsts):
-        """One calibration forward (stopped after the last listed linear): H of each listed linear's input, over
-        every rank's windows under torch.distributed (sums and counts all-reduced; a no-op in one process)."""
-        accumulators = step.input_hessians(firsts, adapter.conv1d, dtype)
-        for accumulator in accumulators:
-            accumulator.all_reduce()
-        return [a.H for a in accumulators]
+    def reduced(accumulator):
+        """H over every rank's windows under torch.distributed (sums and counts all-reduced; a no-op in one
+        process)."""
+        accumulator.all_reduce()
+        return accumulator.H
 
-    fused = fused_calibration(config, model, adapter, windows)
+    fused = config.fused_calibration_fits(windows.shape[0], windows.shape[1], block_dims(model, adapter))
     ctx.metrics["calibration"] = "fused" if fused else "per-group" if config.true_sequential else "one-pass"
 
     def compress_group(step, group, H, block_scales):
@@ -223,46 +222,23 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
                 if grid.g_idx is not None:
                     block_scales[f"{name}{G_IDX}"] = grid.g_idx.to(torch.int32).contiguous()
 
-    def fused_block(step, groups, block_scales):
-        """Each group compressed in a pre-hook on its linears when its input arrives in one batched forward of
-        every window: the later groups' inputs come through the compressed earlier ones, the output is propagated."""
-        from toolkit.linalg.hessian import HessianAccumulator
-
-        done: set[int] = set()
-
-        def pre_hook(index, group):
-            def hook(module, args):
-                if index in done:  # the group's other linears see the same input after its first one
-                    return
-                done.add(index)
-                accumulator = HessianAccumulator(args[0].shape[-1], device=args[0].device, dtype=dtype)
-                accumulator.add(args[0].detach())
-                accumulator.all_reduce()
-                compress_group(step, group, accumulator.H, block_scales)
-            return hook
-
-        handles = [step.block.get_submodule(path).register_forward_pre_hook(pre_hook(index, group))
-                   for index, group in enumerate(groups) for path in group]
-        try:
-            step.outputs = step.run_batched()
-        finally:
-            for handle in handles:
-                handle.remove()
-        if len(done) != len(groups):
-            raise RuntimeError(f"fused calibration reached {len(done)} of {len(groups)} linear groups")
-
     def on_block(step):
         block_scales = {}
         groups = adapter.sequential_groups()
-        if fused:
-            fused_block(step, groups, block_scales)
+        if fused:  # each group compressed as its input arrives in one batched forward, which also propagates
+            step.calibrate_in_one_forward(
+                [[step.block.get_submodule(path) for path in group] for group in groups],
+                lambda index, accumulator: compress_group(step, groups[index], reduced(accumulator), block_scales),
+                dtype)
         else:
             shared = None
             if not config.true_sequential:  # every group's H from one forward through the block as it came in
-                shared = hessians(step, [step.block.get_submodule(group[0]) for group in groups])
+                shared = step.input_hessians([step.block.get_submodule(group[0]) for group in groups],
+                                             adapter.conv1d, dtype)
             for index, group in enumerate(groups):
-                H = shared[index] if shared is not None else hessians(step, [step.block.get_submodule(group[0])])[0]
-                compress_group(step, group, H, block_scales)
+                accumulator = shared[index] if shared is not None else step.input_hessians(
+                    [step.block.get_submodule(group[0])], adapter.conv1d, dtype)[0]
+                compress_group(step, group, reduced(accumulator), block_scales)
         scales.update(block_scales)
         if checkpoints is not None and block_scales:
             save_file(block_scales, str(checkpoints / f"scales_{step.index}.safetensors"))
@@ -295,13 +271,6 @@ def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None,
             counts["kept"] += int((weight != 0).sum())
             counts["total"] += weight.numel()
     return scales, 1 - counts["kept"] / max(counts["total"], 1), g_idx
-
-
-def fused_calibration(config, model, adapter, windows) -> bool:
-    """Whether `_compress_all` calibrates each block in one batched forward (memory.batched_calibration)."""
-    from toolkit.models.memory import batched_calibration, block_dims
-
-    return batched_calibration(config, windows.shape[0], windows.shape[1], block_dims(model, adapter))
 
 
 def _solve_group(weights, H, config, dtype) -> list:

@@ -29,7 +29,7 @@ from toolkit.core.errors import BadInputError
 
 MB = 2**20
 # the most a fused calibration forward (every window through a block as one batch) may take in workspace; above it
-# compress calibrates one window at a time (toolkit/compress/recipe.py `fused_calibration`)
+# compress calibrates one window at a time (CompressConfig.fused_calibration_fits)
 FUSED_WORKSPACE_LIMIT = 2**30
 
 
@@ -39,15 +39,6 @@ def batched_workspace(windows: int, seqlen: int, hidden: int, intermediate: int,
     hold a batch's [heads, seq, seq] scores at once: measured on the scale benchmark's 135M/360M/1.1B shapes, the
     batched peak is within 25% of this, and the plan was 1.3x over when the scores were counted for every window)."""
     return windows * seqlen * (3 * intermediate + 4 * hidden) * width + heads * seqlen * seqlen * width
-
-
-def batched_calibration(config, nsamples: int, seqlen: int, dims: tuple[int, int, int]) -> bool:
-    """Whether compress calibrates each block in one batched forward (config.fused_calibration = always; auto: when it
-    is true-sequential and the batch's workspace, `dims` = block_dims, fits FUSED_WORKSPACE_LIMIT)."""
-    mode = getattr(config, "fused_calibration", "never")
-    if not getattr(config, "true_sequential", False) or mode == "never":
-        return False
-    return mode == "always" or batched_workspace(nsamples, seqlen, *dims, 4) <= FUSED_WORKSPACE_LIMIT
 
 
 def block_dims(model, adapter) -> tuple[int, int, int]:

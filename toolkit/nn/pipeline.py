@@ -86,6 +86,37 @@ class BlockStep:
             self.probe(f"block {self.index} calibrated and propagated in one batch")
         return list(out.split([hidden.shape[0] for hidden in self.inputs]))
 
+    def calibrate_in_one_forward(self, groups: list[list[nn.Module]], on_group: Callable[[int, Any], None],
+                                 dtype=torch.float64) -> None:
+        """True-sequential calibration in ONE forward: every window goes through the block as one batch
+        (`run_batched`); when the input of group g (linears of this block sharing one input) arrives, a
+        HessianAccumulator of it goes to `on_group(g, accumulator)` before the group runs, so a callback that changes
+        the group's weights makes the later groups see the changed earlier ones. The block's outputs are kept as the
+        next block's inputs (`propagated`): no second forward."""
+        from toolkit.linalg.hessian import HessianAccumulator
+
+        done: set[int] = set()
+
+        def pre_hook(index):
+            def hook(module, args):
+                if index in done:  # the group's other linears see the same input after its first one
+                    return
+                done.add(index)
+                accumulator = HessianAccumulator(args[0].shape[-1], device=args[0].device, dtype=dtype)
+                accumulator.add(args[0].detach())
+                on_group(index, accumulator)
+            return hook
+
+        handles = [module.register_forward_pre_hook(pre_hook(index))
+                   for index, group in enumerate(groups) for module in group]
+        try:
+            self.outputs = self.run_batched()
+        finally:
+            for handle in handles:
+                handle.remove()
+        if len(done) != len(groups):
+            raise RuntimeError(f"one-forward calibration reached {len(done)} of {len(groups)} linear groups")
+
     def propagated(self) -> list[torch.Tensor]:
         """The next block's inputs: the outputs a callback already computed, else one propagation forward."""
         return self.outputs if self.outputs is not None else self.run()
