@@ -84,6 +84,22 @@ def _windows(tokenizer, text: str, n_tokens: int, seqlen: int) -> torch.Tensor:
     return calibration_windows(tokenizer, text, max(1, -(-n_tokens // seqlen)), seqlen, seed=0)
 
 
+def _recorder(accumulators: dict, layer: int, stop: bool = False):
+    """A forward hook adding the down-projection's input to layer's HessianAccumulator (made at the first input);
+    `stop` ends the forward after it (the last layer needed)."""
+    from toolkit.linalg.hessian import HessianAccumulator
+    from toolkit.nn.hooks import StopForward
+
+    def record(module, args, output):
+        x = args[0].detach()
+        if layer not in accumulators:
+            accumulators[layer] = HessianAccumulator(x.shape[-1], device=x.device)
+        accumulators[layer].add(x)
+        if stop:
+            raise StopForward
+    return record
+
+
 def _store(accumulators: dict, files: dict, covs: dict, todo: list[int], cache: Path) -> dict[int, torch.Tensor]:
     cache.mkdir(parents=True, exist_ok=True)
     for layer in todo:
@@ -113,19 +129,10 @@ def key_covariance(ectx: EditContext, layers: list[int], text: str, n_tokens: in
     accumulators: dict[int, HessianAccumulator] = {}
     handles = []
 
-    def make(layer):
-        def hook(module, args, output):
-            x = args[0].detach()
-            if layer not in accumulators:
-                accumulators[layer] = HessianAccumulator(x.shape[-1], device=x.device)
-            accumulators[layer].add(x)
-            if layer == todo[-1]:
-                raise StopForward
-        return hook
-
     try:
         for layer in todo:
-            handles.append(module_at(model, ectx.down(layer)).register_forward_hook(make(layer)))
+            handles.append(module_at(model, ectx.down(layer)).register_forward_hook(
+                _recorder(accumulators, layer, stop=layer == todo[-1])))
         batches = range(0, len(windows), BATCH)
         for start in (progress(batches, description="covariance") if progress else batches):
             with contextlib.suppress(StopForward):
@@ -157,13 +164,7 @@ def key_covariance_onloaded(lazy, tokenizer, layers: list[int], text: str, n_tok
     def hooks(index, block):
         if index not in todo:
             return []
-
-        def record(module, args, output):
-            x = args[0].detach()
-            if index not in accumulators:
-                accumulators[index] = HessianAccumulator(x.shape[-1], device=x.device)
-            accumulators[index].add(x)
-        return [block.get_submodule(lazy.adapter.mlp_down).register_forward_hook(record)]
+        return [block.get_submodule(lazy.adapter.mlp_down).register_forward_hook(_recorder(accumulators, index))]
 
     stream.run([stream.windows(windows, batch=BATCH)], last=max(todo), hooks=hooks,
                stop_inside_last=lazy.adapter.mlp_down, progress=progress)

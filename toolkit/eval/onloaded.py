@@ -19,33 +19,21 @@ def perplexity_onloaded(lazy, ids: torch.Tensor, max_length: int = 512, stride: 
                         probe=None) -> dict:
     """{ppl, nll, tokens, blocks} of a `toolkit.models.lazy.LazyModel`, block by block."""
     from toolkit.eval.perplexity import summarize, window_nll, window_plan
-    from toolkit.nn.pipeline import BlockStep, _to, capture_block_inputs
+    from toolkit.nn.onload_stats import BlockStream
 
     plan = window_plan(ids, max_length, stride, max_windows)
     norm, head = _final_parts(lazy)
-    lazy.load_non_block()
-    if probe is not None:
-        probe("non-block parts loaded")
+    stream = BlockStream(lazy, device, probe)
     # windows share a length but for the last one: one capture (hidden states, block args/kwargs) per length
-    groups: dict[int, dict] = {}
+    positions: dict[int, list[int]] = {}
     for position, (begin, end, _) in enumerate(plan):
-        groups.setdefault(end - begin, {"positions": []})["positions"].append(position)
-    for length, group in groups.items():
-        windows = torch.stack([ids[plan[i][0]:plan[i][1]] for i in group["positions"]])
-        inputs, args, kwargs = capture_block_inputs(lazy.model, windows, device, lazy.adapter)
-        group.update(inputs=inputs, args=_to(args, device), kwargs=_to(kwargs, device))
-    indices = range(len(lazy.layers))
-    for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
-        block = lazy.load_block(index).to(device)
-        for group in groups.values():
-            group["inputs"] = BlockStep(index=index, block=block, inputs=group["inputs"], args=group["args"],
-                                        kwargs=group["kwargs"], device=device).run()
-        if probe is not None:
-            probe(f"block {index} done")
-        lazy.free_block(index)
+        positions.setdefault(end - begin, []).append(position)
+    groups = [stream.windows(torch.stack([ids[plan[i][0]:plan[i][1]] for i in members]))
+              for members in positions.values()]
+    stream.run(groups, progress=progress)
     hidden = {}
-    for group in groups.values():
-        hidden.update(zip(group["positions"], group["inputs"]))
+    for members, group in zip(positions.values(), groups):
+        hidden.update(zip(members, group.hidden))
     total_nll, total_tokens = 0.0, 0
     for position, (begin, end, score_from) in enumerate(plan):
         logits = _logits(lazy, norm, head, hidden.pop(position).to(device))
