@@ -60,6 +60,10 @@ class CompressConfig(BaseConfig):
     rotate: bool | None = Field(None, description="QuaRot rotation (default: on for RMSNorm models, off with a "
                                                   "note otherwise).")
     rotation_seed: int = 0
+    # how each rotation is built: auto = an exact Hadamard where one is constructed for the width (Sylvester x
+    # Paley), else H_p (x) random orthogonal; exact = bad input where none is; kron-orthogonal = H_p (x) random
+    # orthogonal everywhere (the construction before exact Hadamards; issue 32 measures both)
+    rotation_kind: Literal["auto", "exact", "kron-orthogonal"] = "auto"
     eval_max_length: int = Field(2048, gt=1)
     eval_windows: int | None = Field(None, gt=0)
     # compressed-tensors / gguf: packed/ plus that format (weight-only W4A16; see toolkit/export)

@@ -148,7 +148,8 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     if rotate:
         from toolkit.compress.rotation import rotate_model
 
-        rotation = rotate_model(model, adapter, config.rotation_seed, online_o_proj=config.a_bits < 16)
+        rotation = rotate_model(model, adapter, config.rotation_seed, online_o_proj=config.a_bits < 16,
+                                kind=config.rotation_kind)
         ctx.metrics["hadamard"] = rotation["hadamard"]  # per rotation: "exact" | "kron-orthogonal"
     scales, kept, g_idx = _compress_all(model, adapter, windows, config, ctx)
     vocab_grids = None

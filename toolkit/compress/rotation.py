@@ -166,10 +166,13 @@ def _head_diag(rotation: torch.Tensor, heads: int) -> torch.Tensor:
     return torch.block_diag(*([rotation] * heads))
 
 
-def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0, online_o_proj: bool = False) -> dict:
+def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0, online_o_proj: bool = False,
+                 kind: str = "auto") -> dict:
     """Rotate in place (function unchanged up to float rounding); returns what the packed loader must rebuild,
     with the kind of each rotation under "hadamard" ("exact" | "kron-orthogonal"). `online_o_proj` adds the online
-    cross-head Hadamard before o_proj (QuaRot does it for activation quantization: pass a_bits < 16)."""
+    cross-head Hadamard before o_proj (QuaRot does it for activation quantization: pass a_bits < 16). `kind` is
+    every rotation's construction (`OrthogonalRotation`): "auto" (exact where constructed), "exact" (bad input
+    where no construction exists) or "kron-orthogonal" (the construction before exact Hadamards)."""
     check_rotatable(adapter)
     config = model.config
     layers = get_layers(model, adapter)
@@ -180,18 +183,18 @@ def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0, online_o
     config.tie_word_embeddings = False
     hidden = embed.weight.shape[1]
     device = embed.weight.device  # Q is built where the weights live (each linear moves it to its own device)
-    residual_rotation = OrthogonalRotation(hidden, seed)
+    residual_rotation = OrthogonalRotation(hidden, seed, kind)
     residual = residual_rotation.matrix(device)
     head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
     if head_dim & (head_dim - 1):
         raise BadInputError(f"--rotate needs a power-of-two head dimension, got {head_dim}")
-    head_rotation = OrthogonalRotation(head_dim, seed + 1)
+    head_rotation = OrthogonalRotation(head_dim, seed + 1, kind)
     head_matrix = head_rotation.matrix(device)
     intermediate = layers[0].get_submodule(adapter.mlp_down).weight.shape[1]
-    online = OrthogonalRotation(intermediate, seed + 2, signs=False)
+    online = OrthogonalRotation(intermediate, seed + 2, kind, signs=False)
     online_matrix = online.matrix(device)
     heads = layers[0].get_submodule(adapter.attn_out).weight.shape[1] // head_dim
-    cross = CrossHeadRotation(heads, head_dim, seed + 3) if online_o_proj else None
+    cross = CrossHeadRotation(heads, head_dim, seed + 3, kind) if online_o_proj else None
     cross_matrix = cross.matrix(device) if cross is not None else None
     embed.weight.data = (embed.weight.data.double() @ residual.to(embed.weight.device)).to(embed.weight.dtype)
     for layer in layers:
