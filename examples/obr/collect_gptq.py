@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-METHODS = {"ours": "GPTQ", "ours1": "GPTQ", "ours0": "GPTQ", "obr": "OBR_GPTQ", "peer": "llm-compressor GPTQ", "ours2": "SparseGPT -> GPTQ two-stage (ours)",
+METHODS = {"ours": "GPTQ", "oursk": "GPTQ", "ours1": "GPTQ", "ours0": "GPTQ", "obr": "OBR_GPTQ", "peer": "llm-compressor GPTQ", "ours2": "SparseGPT -> GPTQ two-stage (ours)",
            "peer2": "llm-compressor SparseGPT -> GPTQ two-stage"}
 
 
@@ -33,6 +33,9 @@ def rows(out: Path, threads: int) -> list[dict]:
                       "threads": metrics.get("threads", threads), "seconds": round(metrics["compress_seconds"], 1),
                       "ppl": round(metrics["ppl"], 3), "seed": record.get("seed", 0),
                       "sparsity": metrics.get("sparsity"),
+                      # the residual rotation's construction ("exact" Hadamard or "kron-orthogonal") and seed
+                      "rotation_kind": (metrics.get("hadamard") or {}).get("residual"),
+                      "rotation_seed": record.get("config", {}).get("rotation_seed", 0) if rot == "r1" else None,
                       "true_sequential": record.get("config", {}).get("true_sequential", who != "ours1")
                       if not who.startswith("peer") else False,
                       # fused: one batched forward per block, each group compressed as its input arrives
@@ -43,7 +46,8 @@ def rows(out: Path, threads: int) -> list[dict]:
     return found
 
 
-KEY = ("model", "setting", "method", "rotate", "group_size", "actorder", "true_sequential", "calibration")
+KEY = ("model", "setting", "method", "rotate", "group_size", "actorder", "true_sequential", "calibration",
+       "rotation_kind", "rotation_seed")
 
 
 def merge(committed: Path, found: list[dict]) -> None:
@@ -59,11 +63,11 @@ def main(out: Path, threads: int, committed: Path | None = None) -> None:
     if committed is not None:
         merge(committed, found)
     print("| setting | method | rotate | group | actorder | calibration | ppl | seconds | sparsity |")
-    print("|---|---|---|---|---|---|---:|---:|---:|")
+    print("|---|---|---|---|---|---|---:|---:|---:|")  # rotate: "yes (kind, seed)" on rotated rows
     for r in found:
         group = r["group_size"] or "channel"
         schedule = r.get("calibration") or {True: "per-group", False: "one-pass"}.get(r.get("true_sequential"), "-")
-        print(f"| {r['setting']} | {r['method']} | {'yes' if r['rotate'] else 'no'} | {group} | {r['actorder']} | "
+        print(f"| {r['setting']} | {r['method']} | {f"yes ({r['rotation_kind']}, {r['rotation_seed']})" if r['rotate'] else 'no'} | {group} | {r['actorder']} | "
               f"{schedule} | {r['ppl']:.2f} | {r['seconds']:.1f} | {r['sparsity']} |")
 
 

@@ -9,7 +9,9 @@
 #   row = WHO-rROTATE-gGROUP-ACTORDER, WHO in ours|peer (GPTQ) or ours2|peer2 (two-stage, 50% sparse), or
 #   ours1 (our GPTQ with true_sequential=false: one calibration forward per block, as llm-compressor schedules it),
 #   ours0 (our GPTQ with fused_calibration=never: a stopped forward per linear group, the schedule before fusing),
+#   oursk (our GPTQ with rotation_kind=kron-orthogonal: H_p (x) random orthogonal instead of exact Hadamards),
 #   obr (OBR_GPTQ W4A16 + 50% sparsity, against peer2)
+# ROTATION_SEED (default 0) is passed to every rotated row of ours; use another OUT per seed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/repro-obr-gptq}
@@ -38,7 +40,8 @@ if [ ! -f "$TOKENS" ]; then  # the peer gets our exact calibration windows and e
 fi
 MODEL_DIR=$(.venv/bin/python -c "import torch; print(torch.load('$TOKENS')['model_dir'])")
 COMMON="--model $MODEL --data $VALID --nsamples $NSAMPLES --seqlen $SEQLEN --eval-data $TEST
-  --set eval_max_length=256 --set eval_windows=$EVAL_WINDOWS --w-bits 4 --a-bits 16 --kv-bits 16 --set export=none"
+  --set eval_max_length=256 --set eval_windows=$EVAL_WINDOWS --w-bits 4 --a-bits 16 --kv-bits 16 --set export=none
+  --set rotation_seed=${ROTATION_SEED:-0}"
 
 for row in $ROWS; do
   dir=$OUT/$row
@@ -52,6 +55,7 @@ for row in $ROWS; do
   [ "$group" != none ] && flags="$flags --group-size $group"
   case $who in
     ours) $CLI compress gptq $COMMON $flags --out "$dir" > /dev/null ;;
+    oursk) $CLI compress gptq $COMMON $flags --set rotation_kind=kron-orthogonal --out "$dir" > /dev/null ;;
     ours1) $CLI compress gptq $COMMON $flags --set true_sequential=false --out "$dir" > /dev/null ;;
     ours0) $CLI compress gptq $COMMON $flags --set fused_calibration=never --out "$dir" > /dev/null ;;
     obr) $CLI compress obr $COMMON ${flags#--actorder $order } --sparsity 0.5 --out "$dir" > /dev/null ;;  # OBR: no actorder
