@@ -151,3 +151,36 @@ def test_online_rotations_rebuild_from_the_record():
     old_down, old_cross = online_rotations(legacy)
     assert old_down.kind == "kron-orthogonal" and old_cross is None
     assert torch.equal(old_down.matrix(), OrthogonalRotation(384, 4, "kron-orthogonal").matrix())
+
+
+@pytest.mark.parametrize("kind", ["kron-orthogonal", "exact", "auto"])
+def test_rotation_kind_is_applied_recorded_and_function_preserving(kind):
+    """rotation_kind picks every rotation's construction; the record names it, and the packed loader's rebuild of
+    the online rotation (`online_rotations`) gives the same matrix. 96 = 32·3 and 192 = 64·3: exact Hadamards
+    exist (order 12 via Paley), so "exact" and "auto" agree and "kron-orthogonal" differs."""
+    from toolkit.compress.rotation import online_rotations
+
+    model = _llama(96, 192, tie=False)
+    ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        before = model(ids).logits
+        record = rotate_model(model, adapter_for(model), seed=4, kind=kind)
+        assert (model(ids).logits - before).abs().max() < 1e-4
+    expected = "kron-orthogonal" if kind == "kron-orthogonal" else "exact"
+    assert set(record["hadamard"].values()) == {expected}
+    down, _ = online_rotations(record)
+    hooked = model.model.layers[0].mlp.down_proj.iclrkit_online_rotation
+    assert torch.equal(down.matrix(), hooked.matrix())
+
+
+def test_rotation_kind_exact_refuses_widths_without_a_construction():
+    with pytest.raises(BadInputError, match="no exact Hadamard"):
+        OrthogonalRotation(2 * 23 * 23, seed=0, kind="exact")
+
+
+def test_rotation_kind_is_a_config_key():
+    from toolkit.compress.config import CompressConfig
+
+    assert CompressConfig(model="m", method="gptq", rotation_kind="kron-orthogonal").rotation_kind == "kron-orthogonal"
+    with pytest.raises(Exception):
+        CompressConfig(model="m", method="gptq", rotation_kind="random")
