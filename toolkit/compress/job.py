@@ -40,7 +40,8 @@ class LinearJob:
             return None
         clip = self.config.w_clip  # None: a config run_compress did not resolve (recipe.resolve_defaults) — clip
         return fit_grid(self.W if weights is None else weights, self.bits, clip is None or clip,
-                        self.config.group_size, self.group_order, full_range=self.config.w_range == "full")
+                        self.config.group_size, self.group_order, full_range=self.config.w_range == "full",
+                        search=self.config.w_clip_search)
 
     @cached_property
     def grid(self):

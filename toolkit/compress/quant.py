@@ -53,27 +53,48 @@ def codes_of(W: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def fit_weight_scale(W: torch.Tensor, bits: int, mse: bool = True, grid: int = 100, maxshrink: float = 0.8,
-                     norm: float = 2.4, full_range: bool = False) -> torch.Tensor:
+                     norm: float = 2.4, full_range: bool = False, search: str = "full") -> torch.Tensor:
     """Per-row symmetric scale: max|w|/(2^{b−1}−1) (`full_range`: max|w|/(2^{b−1}−½), llm-compressor's min-max,
-    which puts the most negative weight on code −2^{b−1}), shrunk by the clip ratio that minimises Σ|Q(w)−w|^norm."""
+    which puts the most negative weight on code −2^{b−1}), shrunk by the clip ratio that minimises Σ|Q(w)−w|^norm
+    over the ratios 1 − i/grid, i < maxshrink·grid. `search` "full" tries every ratio (GPTQ's reference); "coarse"
+    tries every COARSE_STRIDE-th, then the stride−1 ratios on either side of each row's best: 26 of 80 error passes,
+    the same ratio wherever the row's error curve has one minimum at that stride (98.5 % of SmolLM2-135M's rows)."""
     W = W.float()
     xmax = W.abs().amax(dim=1).clamp(min=1e-8)
     top = max_code(bits) + (0.5 if full_range else 0.0)
-    best_scale = xmax / top
     if not mse:
-        return best_scale
-    best_err = torch.full_like(xmax, float("inf"))
+        return xmax / top
+    if search not in ("full", "coarse"):
+        raise ValueError(f"unknown clip search {search!r}")
     work = torch.empty_like(W)  # one buffer, in-place steps: ~5x faster than fresh tensors, the same bits
     low, high = -max_code(bits) - 1, max_code(bits)
-    for i in range(int(maxshrink * grid)):
-        scale = (1 - i / grid) * xmax / top
-        column = scale.reshape(-1, 1)
+    count = int(maxshrink * grid)
+    best_err = torch.full_like(xmax, float("inf"))
+    best_i = torch.zeros(xmax.shape, dtype=torch.long, device=W.device)
+
+    # the ratios as the reference computes them (a Python float per candidate, rounded to W's dtype)
+    ratios = torch.tensor([1 - i / grid for i in range(count)], dtype=torch.float64).to(W.dtype).to(W.device)
+
+    def consider(i: torch.Tensor) -> None:  # i: one candidate index per row
+        nonlocal best_err, best_i
+        column = (ratios[i] * xmax / top).reshape(-1, 1)
         torch.div(W, column, out=work)
         err = work.round_().clamp_(low, high).mul_(column).sub_(W).abs_().pow_(norm).sum(dim=1)  # Σ|Q(w) − w|^p
-        better = err < best_err
+        better = (err < best_err) | ((err == best_err) & (i < best_i))  # ties: the lower index, as the full scan
         best_err = torch.where(better, err, best_err)
-        best_scale = torch.where(better, scale, best_scale)
-    return best_scale
+        best_i = torch.where(better, i, best_i)
+
+    stride = COARSE_STRIDE if search == "coarse" else 1
+    for i in range(0, count, stride):
+        consider(torch.full_like(best_i, i))
+    if stride > 1:
+        centre = best_i.clone()
+        for d in (*range(-stride + 1, 0), *range(1, stride)):
+            consider((centre + d).clamp(0, count - 1))
+    return ratios[best_i] * xmax / top
+
+
+COARSE_STRIDE = 4
 
 
 @dataclass
@@ -99,17 +120,17 @@ class WeightGrid:
 
 
 def fit_grid(W: torch.Tensor, bits: int, mse: bool = True, group_size: int | None = None,
-             order: torch.Tensor | None = None, full_range: bool = False) -> WeightGrid:
+             order: torch.Tensor | None = None, full_range: bool = False, search: str = "full") -> WeightGrid:
     """Scales fitted on W as it is (before any GPTQ update, as llm-compressor's observers do): per row, or per
     group of `group_size` columns (a ragged last group when the width is not a multiple). With `order` (a column
     permutation), groups are runs of the permuted columns (`actorder=group`) and `g_idx` maps them back."""
     if group_size is None:
-        return WeightGrid(fit_weight_scale(W, bits, mse=mse, full_range=full_range).to(W.dtype))
+        return WeightGrid(fit_weight_scale(W, bits, mse=mse, full_range=full_range, search=search).to(W.dtype))
     rows, columns = W.shape
     source = W if order is None else W[:, order]
     padded = torch.nn.functional.pad(source, (0, -columns % group_size))  # zeros: no error, no effect on max
-    scales = fit_weight_scale(padded.reshape(-1, group_size), bits, mse=mse,
-                              full_range=full_range).reshape(rows, -1).to(W.dtype)
+    scales = fit_weight_scale(padded.reshape(-1, group_size), bits, mse=mse, full_range=full_range,
+                              search=search).reshape(rows, -1).to(W.dtype)
     g_idx = None
     if order is not None:
         g_idx = torch.empty(columns, dtype=torch.long, device=W.device)
