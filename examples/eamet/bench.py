@@ -84,20 +84,25 @@ def write_facts(records: list[dict], name: str) -> Path:
     return path
 
 
-def facts_file(n: int) -> tuple[Path, int, dict]:
+def facts_file(n: int, dataset: str = "pool") -> tuple[Path, int, dict]:
+    """The first n test facts of the pool ("pool": zsRE first, then CounterFact, then generated) or of one
+    dataset's part of it ("zsre" | "counterfact"; n beyond that part is filled with generated facts of it)."""
     pool, validation = split_pool(real_pool())
+    if dataset != "pool":
+        pool = [r for r in pool if dataset_of(r) == dataset]
     records, generated = test_facts(pool, n)
     check_disjoint(validation, records)
     counts = {name: sum(dataset_of(r) == name for r in records) for name in ("zsre", "counterfact")}
-    return write_facts(records, f"facts-{n}.jsonl"), generated, counts
+    suffix = "" if dataset == "pool" else f"-{dataset}"
+    return write_facts(records, f"facts{suffix}-{n}.jsonl"), generated, counts
 
 
 def validation_file() -> Path:
     return write_facts(split_pool(real_pool())[1], "facts-val.jsonl")
 
 
-def run_one(model: str, n: int, method: str, facts: Path, extra: list[str]) -> dict:
-    name = f"{model.replace('zoo:', '')}-{n}-{method}"
+def run_one(model: str, n: int, method: str, facts: Path, extra: list[str], tag: str = "") -> dict:
+    name = f"{model.replace('zoo:', '')}-{n}-{method}{tag}"
     out = OUT / name
     command = [sys.executable, "-m", "cli.main", "-q", "edit", method, "-m", model, "-d", str(facts), "-n", str(n),
                "-o", str(out), "--overwrite", "--config", "examples/eamet/config.yaml",
@@ -134,19 +139,26 @@ def main() -> None:
     results = OUT / "results.json"
     # rows already measured are kept (delete results.json to measure everything again)
     rows = json.loads(results.read_text())["rows"] if results.is_file() else []
-    done = {(r["model"], r["n_edits"], r["method"]) for r in rows}
+    done = {(r["model"], r["n_edits"], r["method"], r.get("dataset")) for r in rows}
+    done_untagged = {(r["model"], r["n_edits"], r["method"]) for r in rows if "dataset" not in r}
     # PARALLEL=1 runs MEMIT and EAMET of one size side by side (one thread each: on a loaded machine two
     # single-threaded processes lose less to OpenMP synchronisation than one two-threaded process)
     workers = 2 if os.environ.get("PARALLEL") == "1" else 1
+    # DATASET: "pool" (default: zsRE first, then CounterFact), "zsre" or "counterfact" (that dataset's facts only)
+    dataset = os.environ.get("DATASET", "pool")
+    if dataset not in ("pool", "zsre", "counterfact"):
+        raise SystemExit(f"DATASET must be pool, zsre or counterfact, got {dataset!r}")
+    tag = "" if dataset == "pool" else f"-{dataset}"
     for model, n, extra in plan:
-        facts, generated, counts = facts_file(n)
-        todo = [m for m in ("memit", "eamet") if (model, n, m.upper()) not in done]
+        facts, generated, counts = facts_file(n, dataset)
+        label = max(counts, key=counts.get)  # the dataset most facts come from; the exact counts beside it
+        todo = [m for m in ("memit", "eamet") if (model, n, m.upper(), label) not in done
+                and not (dataset == "pool" and (model, n, m.upper()) in done_untagged)]
         with ThreadPoolExecutor(workers) as pool:
-            measured = list(pool.map(lambda m: run_one(model, n, m, facts, extra + method_extra[m]), todo))
+            measured = list(pool.map(lambda m: run_one(model, n, m, facts, extra + method_extra[m], tag), todo))
         for row in measured:
             row["generated_facts"] = generated
-            # the pool is zsRE first: the dataset most facts come from, and the exact counts beside it
-            row["dataset"] = max(counts, key=counts.get)
+            row["dataset"] = label
             row["facts_by_dataset"] = counts
             rows.append(row)
             print(json.dumps(row), flush=True)

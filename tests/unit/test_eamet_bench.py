@@ -64,3 +64,21 @@ def test_selection_rule_efficacy_then_spearman():
             {"method": "EAMET", "efficacy": 70.0, "alignment_spearman": 0.2, "scale": 0.01},
             {"method": "EAMET", "efficacy": 40.0, "alignment_spearman": 0.7, "scale": 1.0}]
     assert select.choose(rows)["scale"] == 0.01  # MEMIT is a reference, never chosen
+
+
+@pytest.mark.parametrize("dataset,n", [("counterfact", 5), ("zsre", 20), ("pool", 65)])
+def test_one_dataset_test_sets_stay_disjoint_from_validation(bench, tmp_path, monkeypatch, dataset, n):
+    """DATASET=counterfact / zsre draws the test facts from that dataset's part of the test pool only (the CounterFact
+    rows of issue 27), never from the validation tail."""
+    monkeypatch.setattr(bench, "real_pool", _pool)
+    monkeypatch.setattr(bench, "OUT", tmp_path)
+    path, generated, counts = bench.facts_file(n, dataset)
+    records = [__import__("json").loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == n and generated == 0
+    if dataset == "pool":
+        assert counts == {"zsre": 60, "counterfact": 5} and path.name == f"facts-{n}.jsonl"
+    else:
+        assert counts[dataset] == n and {bench.dataset_of(r) for r in records} == {dataset}
+        assert path.name == f"facts-{dataset}-{n}.jsonl"
+    if dataset == "counterfact":  # CounterFact's test part is C0..C9 (C10..C39 are validation)
+        assert [r["subject"] for r in records] == [f"C{i}" for i in range(5)]
