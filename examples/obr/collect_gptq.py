@@ -36,6 +36,9 @@ def rows(out: Path, threads: int) -> list[dict]:
                       # the residual rotation's construction ("exact" Hadamard or "kron-orthogonal") and seed
                       "rotation_kind": (metrics.get("hadamard") or {}).get("residual"),
                       "rotation_seed": record.get("config", {}).get("rotation_seed", 0) if rot == "r1" else None,
+                      "w_clip": metrics.get("w_clip"), "w_range": metrics.get("w_range"),
+                      "w_clip_search": record.get("config", {}).get("w_clip_search", "full")
+                      if metrics.get("w_clip") else None,
                       "true_sequential": record.get("config", {}).get("true_sequential", who != "ours1")
                       if not who.startswith("peer") else False,
                       # fused: one batched forward per block, each group compressed as its input arrives
@@ -47,7 +50,7 @@ def rows(out: Path, threads: int) -> list[dict]:
 
 
 KEY = ("model", "setting", "method", "rotate", "group_size", "actorder", "true_sequential", "calibration",
-       "rotation_kind", "rotation_seed")
+       "rotation_kind", "rotation_seed", "w_clip_search")
 
 
 def merge(committed: Path, found: list[dict]) -> None:
@@ -66,8 +69,11 @@ def main(out: Path, threads: int, committed: Path | None = None) -> None:
     print("|---|---|---|---|---|---|---:|---:|---:|")  # rotate: "yes (kind, seed)" on rotated rows
     for r in found:
         group = r["group_size"] or "channel"
+        rotated = f"yes ({r.get('rotation_kind')}, {r.get('rotation_seed')})" if r["rotate"] else "no"
+        if r.get("w_clip_search") == "coarse":
+            rotated += ", coarse clip"
         schedule = r.get("calibration") or {True: "per-group", False: "one-pass"}.get(r.get("true_sequential"), "-")
-        print(f"| {r['setting']} | {r['method']} | {f"yes ({r['rotation_kind']}, {r['rotation_seed']})" if r['rotate'] else 'no'} | {group} | {r['actorder']} | "
+        print(f"| {r['setting']} | {r['method']} | {rotated} | {group} | {r['actorder']} | "
               f"{schedule} | {r['ppl']:.2f} | {r['seconds']:.1f} | {r['sparsity']} |")
 
 

@@ -11,7 +11,8 @@
 #   ours0 (our GPTQ with fused_calibration=never: a stopped forward per linear group, the schedule before fusing),
 #   oursk (our GPTQ with rotation_kind=kron-orthogonal: H_p (x) random orthogonal instead of exact Hadamards),
 #   obr (OBR_GPTQ W4A16 + 50% sparsity, against peer2)
-# ROTATION_SEED (default 0) is passed to every rotated row of ours; use another OUT per seed.
+# ROTATION_SEED (default 0) is passed to every rotated row of ours; OURS_SET adds flags to every row of ours (e.g.
+# "--set w_clip_search=coarse"); use another OUT per seed or per OURS_SET.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/repro-obr-gptq}
@@ -41,7 +42,7 @@ fi
 MODEL_DIR=$(.venv/bin/python -c "import torch; print(torch.load('$TOKENS')['model_dir'])")
 COMMON="--model $MODEL --data $VALID --nsamples $NSAMPLES --seqlen $SEQLEN --eval-data $TEST
   --set eval_max_length=256 --set eval_windows=$EVAL_WINDOWS --w-bits 4 --a-bits 16 --kv-bits 16 --set export=none
-  --set rotation_seed=${ROTATION_SEED:-0}"
+  --set rotation_seed=${ROTATION_SEED:-0} ${OURS_SET:-}"
 
 for row in $ROWS; do
   dir=$OUT/$row

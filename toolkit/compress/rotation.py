@@ -20,7 +20,8 @@ in run.json metrics["hadamard"]). Packed files written before exact Hadamards ca
 rebuilt with the kron-orthogonal construction they were made with.
 LayerNorm models (GPT-2, OPT) are refused: their mean subtraction does not commute with a rotation.
 
-Device: Q is built in float64 on the weights' device and each weight is rotated where it lives (a CPU Q against GPU
+Device: each weight is rotated where it lives, in float64, by the rotation's own factors (a matmul over m, then a
+Walsh–Hadamard over p; no dense n×n Q is formed), the factors moved to the weight's device (a CPU factor against GPU
 weights would fail); the online hook rotates activations on their own device and in their own dtype, with the
 rotation's small factors cached per (device, dtype).
 """
@@ -141,17 +142,26 @@ def check_rotatable(adapter: ArchAdapter) -> None:
             "LayerNorm models (GPT-2, OPT) need SliceGPT-style mean handling: run with --no-rotate")
 
 
-def _input_side(linear: nn.Linear, Q: torch.Tensor) -> None:
+def _input_side(linear: nn.Linear, rotate) -> None:
+    """W ← W·Q; `rotate(x)` computes x·Q along the last dimension (float64)."""
     weight = linear.weight.data
-    linear.weight.data = (weight.double() @ Q.to(weight.device)).to(weight.dtype)
+    linear.weight.data = rotate(weight.double()).to(weight.dtype)
 
 
-def _output_side(linear: nn.Linear, Q: torch.Tensor) -> None:
+def _output_side(linear: nn.Linear, rotate) -> None:
+    """W ← Qᵀ·W (and b ← b·Q): Qᵀ·W = (Wᵀ·Q)ᵀ."""
     weight = linear.weight.data
-    Q = Q.to(weight.device)
-    linear.weight.data = (Q.t() @ weight.double()).to(weight.dtype)
+    linear.weight.data = rotate(weight.double().t()).t().contiguous().to(weight.dtype)
     if linear.bias is not None:
-        linear.bias.data = (linear.bias.data.double() @ Q).to(weight.dtype)
+        linear.bias.data = rotate(linear.bias.data.double()).to(weight.dtype)
+
+
+def _per_head(rotation, head_dim: int):
+    """x ↦ x·diag(Q_h, …, Q_h) (the head rotation on every head's slice of the last dimension)."""
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        return rotation.apply(x.reshape(*shape[:-1], shape[-1] // head_dim, head_dim)).reshape(shape)
+    return rotate
 
 
 def _fuse_norm(norm: nn.Module, linears: list[nn.Linear]) -> None:
@@ -160,10 +170,6 @@ def _fuse_norm(norm: nn.Module, linears: list[nn.Linear]) -> None:
         weight = linear.weight.data
         linear.weight.data = (weight.double() * gamma.to(weight.device).unsqueeze(0)).to(weight.dtype)
     norm.weight.data.fill_(1.0)
-
-
-def _head_diag(rotation: torch.Tensor, heads: int) -> torch.Tensor:
-    return torch.block_diag(*([rotation] * heads))
 
 
 def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0, online_o_proj: bool = False,
@@ -182,21 +188,20 @@ def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0, online_o
         head.weight = nn.Parameter(embed.weight.data.clone())
     config.tie_word_embeddings = False
     hidden = embed.weight.shape[1]
-    device = embed.weight.device  # Q is built where the weights live (each linear moves it to its own device)
     residual_rotation = OrthogonalRotation(hidden, seed, kind)
-    residual = residual_rotation.matrix(device)
+    # every weight is rotated by the rotations' own factors (`apply`: a matmul over m, then a Walsh–Hadamard over
+    # p), O(n·(m + log p)) per row instead of a dense n×n product: the same Q up to float64 rounding
+    residual = residual_rotation.apply
     head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
     if head_dim & (head_dim - 1):
         raise BadInputError(f"--rotate needs a power-of-two head dimension, got {head_dim}")
     head_rotation = OrthogonalRotation(head_dim, seed + 1, kind)
-    head_matrix = head_rotation.matrix(device)
+    per_head = _per_head(head_rotation, head_dim)
     intermediate = layers[0].get_submodule(adapter.mlp_down).weight.shape[1]
     online = OrthogonalRotation(intermediate, seed + 2, kind, signs=False)
-    online_matrix = online.matrix(device)
     heads = layers[0].get_submodule(adapter.attn_out).weight.shape[1] // head_dim
     cross = CrossHeadRotation(heads, head_dim, seed + 3, kind) if online_o_proj else None
-    cross_matrix = cross.matrix(device) if cross is not None else None
-    embed.weight.data = (embed.weight.data.double() @ residual.to(embed.weight.device)).to(embed.weight.dtype)
+    embed.weight.data = residual(embed.weight.data.double()).to(embed.weight.dtype)
     for layer in layers:
         get = layer.get_submodule
         attn_in = [get(p) for p in adapter.attention_inputs()]
@@ -208,12 +213,12 @@ def rotate_model(model: nn.Module, adapter: ArchAdapter, seed: int = 0, online_o
         for path in (adapter.attn_out, adapter.mlp_down):
             _output_side(get(path), residual)
         v, o = get(adapter.attn_v), get(adapter.attn_out)
-        _output_side(v, _head_diag(head_matrix, v.weight.shape[0] // head_dim))
-        o_rotation = _head_diag(head_matrix, o.weight.shape[1] // head_dim)
-        if cross_matrix is not None:  # the hook feeds x·G, so W_o·R·G restores W_o on the per-head-rotated input
-            o_rotation = o_rotation @ cross_matrix
-        _input_side(o, o_rotation)
-        _input_side(get(adapter.mlp_down), online_matrix)
+        _output_side(v, per_head)
+        if cross is None:
+            _input_side(o, per_head)
+        else:  # the hook feeds x·G, so W_o·R·G restores W_o on the per-head-rotated input
+            _input_side(o, lambda x: cross.apply(per_head(x)))
+        _input_side(get(adapter.mlp_down), online.apply)
     final_norm = first_module(model, adapter.final_norm)
     _fuse_norm(final_norm, [head])
     _input_side(head, residual)
