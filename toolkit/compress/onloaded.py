@@ -68,12 +68,13 @@ def run_compress_onloaded(config, ctx, calibration, compress_all) -> dict:
     windows = calibration(config, tokenizer, lazy.model, ctx.seed, ctx)
     out_dir = ctx.path("model") if ctx.out is not None and config.export != "none" and dist_info()[0] == 0 else None
     summary: dict = {}
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     _, kept, _ = compress_all(lazy.model, lazy.adapter, windows, config, ctx, lazy=lazy, out_dir=out_dir,
                               summary=summary)
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     per_block = summary.get("seconds_per_block", [])
-    ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3), "rotated": False,
+    ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3),
+                        "compress_cpu_seconds": round(cpu_seconds, 3), "rotated": False,
                         "onload": True, "linears": len(lazy.layers) * len(lazy.adapter.block_linears()),
                         "sparsity": round(kept, 4), "calibration_windows": int(windows.shape[0]),
                         "seqlen": int(windows.shape[1]), "seconds_per_block": [round(t, 3) for t in per_block],

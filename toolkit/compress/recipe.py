@@ -143,7 +143,7 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     rotate = _resolve_rotate(config, adapter)
     config = resolve_defaults(config, rotate, ctx)
     windows = _calibration(config, tokenizer, model, ctx.seed, ctx)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     rotation = None
     if rotate:
         from toolkit.compress.rotation import rotate_model
@@ -157,10 +157,11 @@ def run_compress(config: CompressConfig, ctx) -> dict:
         from toolkit.compress.packed import round_vocab_matrices
 
         vocab_grids = round_vocab_matrices(model, adapter, config.embed_bits, config.embed_group)
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     layers = get_layers(model, adapter)
     block_linears = ModelView(model, adapter).block_linear_paths()
-    ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3), "rotated": rotate,
+    ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3),
+                        "compress_cpu_seconds": round(cpu_seconds, 3), "rotated": rotate,
                         "linears": len(block_linears), "sparsity": round(kept, 4),
                         "calibration_windows": int(windows.shape[0]), "seqlen": int(windows.shape[1]),
                         **ranks_metric()})
