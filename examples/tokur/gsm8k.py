@@ -1,21 +1,30 @@
 """TokUR on GSM8K with zoo:smollm2-135m: AUROC of each uncertainty vs answer correctness, best-of-N selection.
 
-    python examples/tokur/gsm8k.py [--subset easy|all] [--questions 200] [--candidates 4] [--max-new-tokens 128]
-                                   [--budget-s 1200] [--out runs/tokur-gsm8k]
+    python examples/tokur/gsm8k.py [--subset easy|all | --max-steps K] [--questions 200] [--candidates 4]
+                                   [--max-new-tokens 128] [--strict-judge] [--budget-s 1200] [--out runs/tokur-gsm8k]
 
 Data: $ICLRKIT_DATA/gsm8k/test.jsonl (default ../shared/data beside the project). `--subset easy` keeps the questions
 whose reference solution has at most one calculator step (`<<…>>`; 83 of 1,319), for a model that solves almost
 none of the others. The subset's last 8 questions are the σ anchors (≤ 1 % answer-NLL rule) and are not evaluated.
-σ is found once (a one-question run), then the evaluation runs with that σ and stops after `--budget-s` seconds of
-wall time; whatever finished in responses.jsonl is scored (each question complete with its N candidates).
-Correctness: the math-equivalence judge of toolkit.uq.math_answer against the "#### N" answer.
+`--max-steps K` (instead of --subset) evaluates the questions with at most K steps, easiest first (fewest steps, then
+shortest reference solution, then file order), with the same 8 anchors as `--subset easy` (so the same σ), which are
+left out: ≤ 2 steps gives 432 questions besides the anchors.
+σ is found once (a one-question run) and kept in OUT/sigma.json, reused by a later run into the same OUT when the
+model, rank, prompt and anchors are the same; then the evaluation runs with that σ and stops after `--budget-s`
+seconds of wall time; whatever finished in responses.jsonl is scored (each question complete with its N candidates).
+The candidates of `--generate-batch` questions are sampled in one generate call (each question keeps its seed).
+Correctness: the math-equivalence judge of toolkit.uq.math_answer against the "#### N" answer; `--strict-judge`
+credits only an explicitly marked answer ("The answer is", "####", \\boxed{}), no last-number fallback (it only
+re-reads the responses, so `--score-only --strict-judge` re-scores an earlier run).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -27,21 +36,51 @@ DATA = Path(os.environ.get("ICLRKIT_DATA", ROOT.parent / "shared" / "data"))
 PROMPT = ("<|im_start|>user\n{question}\nSolve it step by step and end with \"The answer is: N\".<|im_end|>\n"
           "<|im_start|>assistant\n")
 N_ANCHORS = 8
+# The CLI has glibc map every block of 1 MiB and more on its own and unmap it when freed (cli/_runner.py
+# apply_allocator; the environment variable wins): each scoring pass then page-faults its ~100 MB of logits and its
+# activations afresh, ~3 M minor faults and 7 s of system time per question. Blocks up to 32 MiB from a heap that is
+# not trimmed: under 0.5 s.
+ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
 def subset(records: list[dict], which: str) -> list[dict]:
-    return [r for r in records if r["answer"].count("<<") <= 1] if which == "easy" else list(records)
+    return [r for r in records if steps(r) <= 1] if which == "easy" else list(records)
 
 
-def score(out: Path, candidates: int) -> dict:
-    """Metrics of the complete questions in responses.jsonl."""
+def steps(record: dict) -> int:
+    """Calculator steps (`<<…>>` annotations) of a reference solution."""
+    return record["answer"].count("<<")
+
+
+def select(records: list[dict], which: str, max_steps: int | None, questions: int) -> tuple[list[dict], list[dict]]:
+    """(σ anchors, evaluated questions). Without max_steps: the subset's last N_ANCHORS records are the anchors and
+    the first `questions` of the rest are evaluated, in file order. With max_steps: the anchors of the easy subset
+    (the same σ), and the `questions` easiest records of at most max_steps steps besides them (fewest steps, then
+    shortest solution, then file order)."""
+    if max_steps is None:
+        chosen = subset(records, which)
+        return chosen[-N_ANCHORS:], chosen[:-N_ANCHORS][:questions]
+    anchors = subset(records, "easy")[-N_ANCHORS:]
+    anchor_ids = {id(r) for r in anchors}
+    pool = [(steps(r), len(r["answer"]), i, r) for i, r in enumerate(records)
+            if steps(r) <= max_steps and id(r) not in anchor_ids]
+    return anchors, [r for *_, r in sorted(pool, key=lambda t: t[:3])][:questions]
+
+
+def score(out: Path, candidates: int, strict: bool = False) -> dict:
+    """Metrics of the complete questions in responses.jsonl; strict: re-judged on marked answers only."""
     sys.path.insert(0, str(ROOT))
     from toolkit.eval.metrics import auroc
+    from toolkit.uq.math_answer import equivalent, marked_final
     from toolkit.uq.run import majority_vote_accuracy, selection_rows
 
     if not out.is_dir():  # a run stopped by the budget leaves its outputs in RUN.partial
         out = out.with_name(out.name + ".partial")
     records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines() if line.strip()]
+    if strict:  # no answer marker, no answer: the last-number fallback credits truncated lists ("…5. 6.")
+        for record in records:
+            record["final"] = marked_final(record["response"])
+            record["correct"] = equivalent(record["final"], record["reference"])
     by_question: dict[int, list[dict]] = {}
     for record in records:
         by_question.setdefault(record["question"], []).append(record)
@@ -72,6 +111,8 @@ def score(out: Path, candidates: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subset", choices=("easy", "all"), default="easy")
+    parser.add_argument("--max-steps", type=int, help="evaluate the questions with at most K calculator steps, "
+                        "easiest first (replaces --subset; anchors as --subset easy)")
     parser.add_argument("--questions", type=int, default=200)
     parser.add_argument("--candidates", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -82,47 +123,77 @@ def main() -> None:
     parser.add_argument("--model", default="zoo:smollm2-135m")
     parser.add_argument("--out", type=Path, default=Path("runs/tokur-gsm8k"))
     parser.add_argument("--score-only", action="store_true", help="only score an earlier run's responses.jsonl")
+    parser.add_argument("--strict-judge", action="store_true", help="credit only explicitly marked answers "
+                        "(\"The answer is\", \"####\", \\boxed{}), no last-number fallback")
+    parser.add_argument("--generate-batch", type=int, default=16, help="questions sampled in one generate call "
+                        "(CPU speed; the responses of each question keep its seed)")
     args = parser.parse_args()
     out = args.out
+    cpu = {}
     if not args.score_only:
         out.mkdir(parents=True, exist_ok=True)
-        records = subset([json.loads(line) for line in (DATA / "gsm8k/test.jsonl").read_text().splitlines()],
-                         args.subset)
-        anchors, evaluated = records[-N_ANCHORS:], records[:-N_ANCHORS][:args.questions]
+        records = [json.loads(line) for line in (DATA / "gsm8k/test.jsonl").read_text().splitlines()]
+        anchors, evaluated = select(records, args.subset, args.max_steps, args.questions)
         (out / "anchors.jsonl").write_text("".join(json.dumps(r) + "\n" for r in anchors))
         (out / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evaluated))
         import yaml
 
-        config = {"prompt_template": PROMPT, "temperature": args.temperature}
+        config = {"prompt_template": PROMPT, "temperature": args.temperature, "generate_batch": args.generate_batch}
         (out / "config.yaml").write_text(yaml.safe_dump(config))  # newlines and colons: a file, not --set
         base = [sys.executable, "-m", "cli.main", "-q", "uq", "tokur", "-m", args.model, "--candidates",
                 str(args.candidates), "--samples", "5", "--rank", "8", "--max-new-tokens", str(args.max_new_tokens),
                 "--config", str(out / "config.yaml"), "--overwrite", "--json"]
+        key = sigma_key(args.model, out)
         if args.sigma_from:
             (out / "sigma.json").write_text(args.sigma_from.read_text())
+        elif (out / "sigma.json").is_file() and json.loads((out / "sigma.json").read_text()).get("key") == key:
+            print(f"σ from {out / 'sigma.json'} (same model, rank, prompt and anchors)", file=sys.stderr)
         else:
-            find_sigma(base, out)
+            before = children_cpu_s()
+            find_sigma(base, out, key)
+            cpu["sigma_search"] = round(children_cpu_s() - before, 1)
         sigma = json.loads((out / "sigma.json").read_text())["sigma"]
+        before = children_cpu_s()
         try:
-            subprocess.run(base + ["-d", str(out / "questions.jsonl"), "--sigma", str(sigma), "-o", str(out / "run")],
-                           capture_output=True, text=True, timeout=args.budget_s)
+            done = subprocess.run(base + ["-d", str(out / "questions.jsonl"), "--sigma", str(sigma),
+                                          "-o", str(out / "run")], capture_output=True, text=True,
+                                  timeout=args.budget_s, env={**ALLOCATOR, **os.environ})
+            if done.returncode:
+                print(done.stderr[-2000:], file=sys.stderr)
         except subprocess.TimeoutExpired:
             print(f"stopped after {args.budget_s:.0f} s: scoring the questions that finished", file=sys.stderr)
+        cpu["evaluation"] = round(children_cpu_s() - before, 1)  # CPU s of the evaluation process (load included)
     sigma = json.loads((out / "sigma.json").read_text())["sigma"]
-    result = {"model": args.model, "subset": args.subset, "candidates": args.candidates,
+    result = {"model": args.model, "subset": args.subset if args.max_steps is None else None,
+              "max_steps": args.max_steps, "strict_judge": args.strict_judge, "candidates": args.candidates,
               "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "sigma": sigma,
-              **score(out / "run", args.candidates)}
+              **score(out / "run", args.candidates, args.strict_judge)}
+    if cpu:
+        result["cpu_s"] = cpu
     (out / "results.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 
 
-def find_sigma(base: list[str], out: Path) -> None:
+def find_sigma(base: list[str], out: Path, key: dict) -> None:
     """σ by the ≤ 1 % rule on the anchors, from a one-question, one-token run."""
     probe = subprocess.run(base + ["-d", str(out / "questions.jsonl"), "--limit", "1", "--candidates", "1",
                                    "--max-new-tokens", "1", "--set", f"anchor_data={out / 'anchors.jsonl'}",
-                                   "-o", str(out / "sigma")], capture_output=True, text=True, check=True)
+                                   "-o", str(out / "sigma")], capture_output=True, text=True, check=True,
+                           env={**ALLOCATOR, **os.environ})
     metrics = json.loads(probe.stdout)["metrics"]
-    (out / "sigma.json").write_text(json.dumps({"sigma": metrics["sigma"], "search": metrics["sigma_search"]}))
+    (out / "sigma.json").write_text(json.dumps({"sigma": metrics["sigma"], "search": metrics["sigma_search"],
+                                                "key": key}))
+
+
+def sigma_key(model: str, out: Path) -> dict:
+    """What σ depends on here (the search's threshold, steps, draws and seed are the command's defaults)."""
+    return {"model": model, "rank": 8, "prompt_template": PROMPT,
+            "anchors_sha256": hashlib.sha256((out / "anchors.jsonl").read_bytes()).hexdigest()}
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

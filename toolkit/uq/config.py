@@ -26,6 +26,9 @@ class TokURConfig(BaseConfig):
     candidates: int = Field(4, ge=1, description="Responses per question (best-of-N).")
     temperature: float = Field(1.0, gt=0)
     max_new_tokens: int = Field(64, ge=1, description="Response length cap.")
+    generate_batch: int = Field(1, ge=1, description="Questions sampled in one generate call (faster on CPU). "
+                                "Each keeps its seed: the responses of 1, unless the left padding moves a logit's "
+                                "last bits enough to change a sampled token (rare).")
     samples: int = Field(5, ge=1, description="M perturbed models scoring each response.")
     rank: int = Field(8, ge=1, description="Rank of the weight perturbation.")
     sigma: Union[float, Literal["auto"]] = Field("auto", description="Perturbation scale, or 'auto' (≤1% NLL "

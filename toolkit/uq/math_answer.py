@@ -69,6 +69,12 @@ def _marked(text: str) -> str | None:
     return None
 
 
+def marked_final(text: str) -> str | None:
+    """A response's explicitly marked answer (\\boxed{…}, "The answer is …", "#### …"), None without a marker: the
+    strict reading, with no last-number fallback."""
+    return _marked(text)
+
+
 def predicted_final(text: str) -> str | None:
     """A model response's final answer: a marked one, else its last number (GSM8K style), else None."""
     marked = _marked(text)

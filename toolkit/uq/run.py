@@ -59,6 +59,57 @@ def sample_responses(model, tokenizer, prompt_ids: torch.Tensor, n: int, max_new
     return responses
 
 
+@torch.no_grad()
+def sample_responses_batch(model, tokenizer, prompts: list[torch.Tensor], n: int, max_new_tokens: int,
+                           temperature: float, seeds: list[int]) -> list[list[torch.Tensor]]:
+    """`sample_responses` for several prompts in one generate call (left-padded, n rows each), with the same
+    random draws: each prompt samples from its own generator seeded like `sample_responses` (seeds[i]) and draws
+    while any of its rows is unfinished, and no row depends on the other rows. The left padding can change logits in
+    their last bits (attention sums in another order), so a sampled token may, rarely, differ. Decoding
+    n·len(prompts) rows at once costs little more than n rows on a CPU: each step reads the weights once."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id or tokenizer.eos_token_id
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts) * n, width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, prompt in enumerate(prompts):
+        ids[i * n:(i + 1) * n, width - len(prompt):] = prompt
+        mask[i * n:(i + 1) * n, width - len(prompt):] = 1
+    stop = model.generation_config.eos_token_id  # what generate stops a row on (None: it never stops early)
+    stop = torch.tensor([] if stop is None else [stop] if isinstance(stop, int) else list(stop), dtype=torch.long,
+                        device=device)
+
+    class PerPromptSampler(LogitsProcessor):
+        """Temperature sampling as generate does it (softmax(scores / T), one multinomial on a prompt's n rows),
+        from the prompt's own generator; returned as a one-hot choice that greedy decoding takes."""
+
+        def __init__(self):
+            self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+
+        def __call__(self, input_ids, scores):
+            choice = torch.full_like(scores, float("-inf"))
+            finished = torch.isin(input_ids[:, width:], stop).any(-1)
+            for i, generator in enumerate(self.generators):
+                rows = torch.arange(i * n, (i + 1) * n, device=scores.device)
+                if finished[rows].all():  # sampled alone, its generate call would have stopped here
+                    choice[rows, pad] = 0.0
+                    continue
+                probs = torch.softmax(scores[rows] / temperature, dim=-1)
+                choice[rows, torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)] = 0.0
+            return choice
+
+    output = model.generate(ids.to(device), attention_mask=mask.to(device), do_sample=False,
+                            max_new_tokens=max_new_tokens, pad_token_id=pad,
+                            logits_processor=LogitsProcessorList([PerPromptSampler()]))
+    responses = []
+    for row in output[:, width:].cpu():
+        ends = (row == tokenizer.eos_token_id).nonzero()
+        responses.append(row[:int(ends[0]) + 1] if len(ends) else row)
+    return [responses[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+
 def best_of_n_accuracy(correct: np.ndarray, scores: np.ndarray) -> float:
     """Accuracy when each question keeps its lowest-uncertainty candidate."""
     return float(np.mean([row_correct[tokur.best_of_n(list(row))] for row_correct, row in zip(correct, scores)]))
@@ -125,11 +176,19 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
     prompts = [prompt_ids(item) for item in items]
 
     records, correct, scores, finals = [], [], [], []
+    sampled: dict[int, list[torch.Tensor]] = {}
     with open(ctx.path("responses.jsonl"), "w") as log:
         for qi, (item, prompt_ids) in enumerate(ctx.progress(list(zip(items, prompts)), total=len(items),
                                                              description="questions")):
-            responses = sample_responses(model, tokenizer, prompt_ids, config.candidates, config.max_new_tokens,
-                                         config.temperature, ctx.seed + qi)
+            if config.generate_batch == 1:
+                sampled[qi] = sample_responses(model, tokenizer, prompt_ids, config.candidates,
+                                               config.max_new_tokens, config.temperature, ctx.seed + qi)
+            elif qi not in sampled:
+                block = range(qi, min(qi + config.generate_batch, len(items)))
+                sampled.update(zip(block, sample_responses_batch(
+                    model, tokenizer, [prompts[j] for j in block], config.candidates, config.max_new_tokens,
+                    config.temperature, [ctx.seed + j for j in block])))
+            responses = sampled.pop(qi)
             row_correct, row_finals, row_scores = [], [], {name: [] for name in ("total", "aleatoric", "epistemic")}
             for ci, response in enumerate(responses):
                 parts = tokur.token_uncertainty(model, projections, prompt_ids, response, sigma, config.samples,
@@ -146,6 +205,7 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
                           "correct": ok, **summary}
                 records.append(record)
                 log.write(json.dumps(record) + "\n")
+            log.flush()  # a run stopped from outside keeps every question it finished
             correct.append(row_correct)
             finals.append(row_finals)
             scores.append(row_scores)
