@@ -184,3 +184,26 @@ def test_rotation_kind_is_a_config_key():
     assert CompressConfig(model="m", method="gptq", rotation_kind="kron-orthogonal").rotation_kind == "kron-orthogonal"
     with pytest.raises(Exception):
         CompressConfig(model="m", method="gptq", rotation_kind="random")
+
+
+def test_factored_rotation_equals_the_dense_product():
+    """rotate_model applies each rotation by its factors (matmul over m, Walsh–Hadamard over p); the weights equal the
+    dense products W·diag(γ)·Q (q), Q_hᵀ·W·diag(γ)·Q (v: per head on its outputs) and Qᵀ·W·Q_int (down_proj) to float32 rounding."""
+    model = _llama(96, 192, tie=False)
+    layer = model.model.layers[0]
+    q0 = layer.self_attn.q_proj.weight.detach().double().clone()
+    gamma = layer.input_layernorm.weight.detach().double().clone()
+    v0 = layer.self_attn.v_proj.weight.detach().double().clone()
+    down0 = layer.mlp.down_proj.weight.detach().double().clone()
+    record = rotate_model(model, adapter_for(model), seed=6)
+    Q = OrthogonalRotation(96, 6).matrix()
+    head_dim = 96 // model.config.num_attention_heads
+    Qh = OrthogonalRotation(head_dim, 7).matrix()
+    Qint = OrthogonalRotation(192, 8, signs=False).matrix()
+    expect_q = (q0 * gamma.unsqueeze(0)) @ Q
+    expect_v = torch.block_diag(*[Qh] * (v0.shape[0] // head_dim)).t() @ (v0 * gamma.unsqueeze(0)) @ Q
+    expect_down = Q.t() @ down0 @ Qint
+    for got, expect in ((layer.self_attn.q_proj.weight, expect_q), (layer.self_attn.v_proj.weight, expect_v),
+                        (layer.mlp.down_proj.weight, expect_down)):
+        assert torch.allclose(got.double(), expect, rtol=0, atol=1e-6 * expect.abs().max().item())
+    assert record["hadamard"]["residual"] == "exact"
