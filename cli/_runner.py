@@ -120,16 +120,18 @@ def apply_threads(command_threads: int | None = None) -> int | None:
 MMAP_THRESHOLD = 1 << 20  # bytes: allocations from here up get their own mapping, returned to the OS when freed
 
 
-def apply_allocator() -> bool:
-    """The process's allocator policy (glibc only): blocks of 1 MiB and more are mmapped. With glibc's adaptive
-    threshold the large tensors a layer pipeline frees and re-allocates block after block fragment the heap, and the
-    resident memory of an onloaded 360M-shape compress crept up ~40 MB per block (1.57 GB at 12 blocks; flat at
-    0.94 GB with this, for 2.5% more CPU time). MALLOC_MMAP_THRESHOLD_ in the environment wins. True if applied."""
+def apply_allocator(onload: bool = True) -> bool:
+    """The allocator policy of an onloaded run (glibc only): blocks of 1 MiB and more are mmapped. With glibc's
+    adaptive threshold the large tensors a layer pipeline frees and re-allocates block after block fragment the heap,
+    and the resident memory of an onloaded 360M-shape compress crept up ~40 MB per block (1.57 GB at 12 blocks; flat
+    at 0.94 GB with this, for 2.5% more CPU time). Only for `onload` runs: elsewhere every freed block would be
+    unmapped and page-faulted afresh (TokUR scoring: ~3 M minor faults, 7 s of system time per GSM8K question).
+    MALLOC_MMAP_THRESHOLD_ in the environment wins. True if applied."""
     import ctypes
     import os
     import sys
 
-    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+    if not onload or not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -255,7 +257,7 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out,
     config = resolve_config(config_cls, common.config, common.set, flags)
     check_ranks(technique, multi_rank)
     threads = apply_threads(getattr(config, "threads", None) if technique in CONFIG_THREADS else None)
-    apply_allocator()
+    apply_allocator(bool(getattr(config, "onload", False)))  # configs without onloading have no such field
     seed = common.seed if common.seed is not None else (ROOT_STATE["seed"] or 0)
     device = rank_device(resolve_device(common.device or ROOT_STATE["device"]))
     ctx = RunContext(device=device, dtype=common.dtype, seed=seed, dry_run=common.dry_run,

@@ -139,8 +139,8 @@ def main() -> None:
     results = OUT / "results.json"
     # rows already measured are kept (delete results.json to measure everything again)
     rows = json.loads(results.read_text())["rows"] if results.is_file() else []
-    done = {(r["model"], r["n_edits"], r["method"], r.get("dataset")) for r in rows}
-    done_untagged = {(r["model"], r["n_edits"], r["method"]) for r in rows if "dataset" not in r}
+    # rows written before the dataset field came from the zsRE-first pool
+    done = {(r["model"], r["n_edits"], r["method"], r.get("dataset", "zsre")) for r in rows}
     # PARALLEL=1 runs MEMIT and EAMET of one size side by side (one thread each: on a loaded machine two
     # single-threaded processes lose less to OpenMP synchronisation than one two-threaded process)
     workers = 2 if os.environ.get("PARALLEL") == "1" else 1
@@ -152,8 +152,7 @@ def main() -> None:
     for model, n, extra in plan:
         facts, generated, counts = facts_file(n, dataset)
         label = max(counts, key=counts.get)  # the dataset most facts come from; the exact counts beside it
-        todo = [m for m in ("memit", "eamet") if (model, n, m.upper(), label) not in done
-                and not (dataset == "pool" and (model, n, m.upper()) in done_untagged)]
+        todo = [m for m in ("memit", "eamet") if (model, n, m.upper(), label) not in done]
         with ThreadPoolExecutor(workers) as pool:
             measured = list(pool.map(lambda m: run_one(model, n, m, facts, extra + method_extra[m], tag), todo))
         for row in measured:

@@ -36,11 +36,6 @@ DATA = Path(os.environ.get("ICLRKIT_DATA", ROOT.parent / "shared" / "data"))
 PROMPT = ("<|im_start|>user\n{question}\nSolve it step by step and end with \"The answer is: N\".<|im_end|>\n"
           "<|im_start|>assistant\n")
 N_ANCHORS = 8
-# The CLI has glibc map every block of 1 MiB and more on its own and unmap it when freed (cli/_runner.py
-# apply_allocator; the environment variable wins): each scoring pass then page-faults its ~100 MB of logits and its
-# activations afresh, ~3 M minor faults and 7 s of system time per question. Blocks up to 32 MiB from a heap that is
-# not trimmed: under 0.5 s.
-ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
 def subset(records: list[dict], which: str) -> list[dict]:
@@ -157,7 +152,7 @@ def main() -> None:
         try:
             done = subprocess.run(base + ["-d", str(out / "questions.jsonl"), "--sigma", str(sigma),
                                           "-o", str(out / "run")], capture_output=True, text=True,
-                                  timeout=args.budget_s, env={**ALLOCATOR, **os.environ})
+                                  timeout=args.budget_s)
             if done.returncode:
                 print(done.stderr[-2000:], file=sys.stderr)
         except subprocess.TimeoutExpired:
@@ -178,8 +173,7 @@ def find_sigma(base: list[str], out: Path, key: dict) -> None:
     """σ by the ≤ 1 % rule on the anchors, from a one-question, one-token run."""
     probe = subprocess.run(base + ["-d", str(out / "questions.jsonl"), "--limit", "1", "--candidates", "1",
                                    "--max-new-tokens", "1", "--set", f"anchor_data={out / 'anchors.jsonl'}",
-                                   "-o", str(out / "sigma")], capture_output=True, text=True, check=True,
-                           env={**ALLOCATOR, **os.environ})
+                                   "-o", str(out / "sigma")], capture_output=True, text=True, check=True)
     metrics = json.loads(probe.stdout)["metrics"]
     (out / "sigma.json").write_text(json.dumps({"sigma": metrics["sigma"], "search": metrics["sigma_search"],
                                                 "key": key}))

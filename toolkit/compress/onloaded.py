@@ -3,7 +3,7 @@ memory plan from config.json alone, and the run that reads, compresses and write
 
 from __future__ import annotations
 
-import time
+from toolkit.core.timing import Stopwatch
 
 
 def onload_source(config):
@@ -68,13 +68,12 @@ def run_compress_onloaded(config, ctx, calibration, compress_all) -> dict:
     windows = calibration(config, tokenizer, lazy.model, ctx.seed, ctx)
     out_dir = ctx.path("model") if ctx.out is not None and config.export != "none" and dist_info()[0] == 0 else None
     summary: dict = {}
-    started, cpu_started = time.perf_counter(), time.process_time()
-    _, kept, _ = compress_all(lazy.model, lazy.adapter, windows, config, ctx, lazy=lazy, out_dir=out_dir,
-                              summary=summary)
-    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    with Stopwatch() as watch:
+        _, kept, _ = compress_all(lazy.model, lazy.adapter, windows, config, ctx, lazy=lazy, out_dir=out_dir,
+                                  summary=summary)
     per_block = summary.get("seconds_per_block", [])
-    ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3),
-                        "compress_cpu_seconds": round(cpu_seconds, 3), "rotated": False,
+    ctx.metrics.update({"method": config.method, "compress_seconds": round(watch.seconds, 3),
+                        "compress_cpu_seconds": round(watch.cpu_seconds, 3), "rotated": False,
                         "onload": True, "linears": len(lazy.layers) * len(lazy.adapter.block_linears()),
                         "sparsity": round(kept, 4), "calibration_windows": int(windows.shape[0]),
                         "seqlen": int(windows.shape[1]), "seconds_per_block": [round(t, 3) for t in per_block],

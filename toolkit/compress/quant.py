@@ -52,6 +52,9 @@ def codes_of(W: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.clamp(torch.round(W / _broadcast_scale(scale, W.dtype)), -max_code(bits) - 1, max_code(bits))
 
 
+COARSE_STRIDE = 4  # the coarse clip search's step over the candidate ratios (fit_weight_scale)
+
+
 def fit_weight_scale(W: torch.Tensor, bits: int, mse: bool = True, grid: int = 100, maxshrink: float = 0.8,
                      norm: float = 2.4, full_range: bool = False, search: str = "full") -> torch.Tensor:
     """Per-row symmetric scale: max|w|/(2^{b−1}−1) (`full_range`: max|w|/(2^{b−1}−½), llm-compressor's min-max,
@@ -92,9 +95,6 @@ def fit_weight_scale(W: torch.Tensor, bits: int, mse: bool = True, grid: int = 1
         for d in (*range(-stride + 1, 0), *range(1, stride)):
             consider((centre + d).clamp(0, count - 1))
     return ratios[best_i] * xmax / top
-
-
-COARSE_STRIDE = 4
 
 
 @dataclass

@@ -7,10 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
 
 from toolkit.compress.config import CompressConfig
 from toolkit.core.registry import registry
+from toolkit.core.timing import Stopwatch
 
 log = logging.getLogger("iclrkit")
 G_IDX = "::g_idx"  # checkpoint key suffix of a linear's activation-ordered group index (never a module path)
@@ -143,25 +143,24 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     rotate = _resolve_rotate(config, adapter)
     config = resolve_defaults(config, rotate, ctx)
     windows = _calibration(config, tokenizer, model, ctx.seed, ctx)
-    started, cpu_started = time.perf_counter(), time.process_time()
     rotation = None
-    if rotate:
-        from toolkit.compress.rotation import rotate_model
+    with Stopwatch() as watch:
+        if rotate:
+            from toolkit.compress.rotation import rotate_model
 
-        rotation = rotate_model(model, adapter, config.rotation_seed, online_o_proj=config.a_bits < 16,
-                                kind=config.rotation_kind)
-        ctx.metrics["hadamard"] = rotation["hadamard"]  # per rotation: "exact" | "kron-orthogonal"
-    scales, kept, g_idx = _compress_all(model, adapter, windows, config, ctx)
-    vocab_grids = None
-    if config.embed_bits < 16:
-        from toolkit.compress.packed import round_vocab_matrices
+            rotation = rotate_model(model, adapter, config.rotation_seed, online_o_proj=config.a_bits < 16,
+                                    kind=config.rotation_kind)
+            ctx.metrics["hadamard"] = rotation["hadamard"]  # per rotation: "exact" | "kron-orthogonal"
+        scales, kept, g_idx = _compress_all(model, adapter, windows, config, ctx)
+        vocab_grids = None
+        if config.embed_bits < 16:
+            from toolkit.compress.packed import round_vocab_matrices
 
-        vocab_grids = round_vocab_matrices(model, adapter, config.embed_bits, config.embed_group)
-    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+            vocab_grids = round_vocab_matrices(model, adapter, config.embed_bits, config.embed_group)
     layers = get_layers(model, adapter)
     block_linears = ModelView(model, adapter).block_linear_paths()
-    ctx.metrics.update({"method": config.method, "compress_seconds": round(seconds, 3),
-                        "compress_cpu_seconds": round(cpu_seconds, 3), "rotated": rotate,
+    ctx.metrics.update({"method": config.method, "compress_seconds": round(watch.seconds, 3),
+                        "compress_cpu_seconds": round(watch.cpu_seconds, 3), "rotated": rotate,
                         "linears": len(block_linears), "sparsity": round(kept, 4),
                         "calibration_windows": int(windows.shape[0]), "seqlen": int(windows.shape[1]),
                         **ranks_metric()})

@@ -271,8 +271,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
     statistics (HessianAccumulator.all_reduce) and may share the solves out (`share_out`); rank 0 writes.
     `on_done(lazy)` runs after the last block, before the non-block tensors are written. Returns a summary
     (blocks, seconds per block, bytes written)."""
-    import time
-
+    from toolkit.core.timing import Stopwatch
     from toolkit.models.shards import ShardWriter
 
     rank, _ = dist_info()
@@ -288,20 +287,20 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
         args, kwargs = _to(args, device), _to(kwargs, device)
         indices = range(len(lazy.layers))
         for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
-            started, cpu_started = time.perf_counter(), time.process_time()
-            block = lazy.load_block(index).to(device)
-            if probe is not None:
-                probe(f"block {index} loaded")
-            step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
-                             probe=probe)
-            on_block(step)
-            inputs = step.propagated()
-            del step
-            if writer is not None:
-                writer.add(_cast(lazy.block_state(index), save_dtype))
-            lazy.free_block(index)
-            seconds.append(time.perf_counter() - started)
-            cpu_seconds.append(time.process_time() - cpu_started)
+            with Stopwatch() as watch:
+                block = lazy.load_block(index).to(device)
+                if probe is not None:
+                    probe(f"block {index} loaded")
+                step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
+                                 probe=probe)
+                on_block(step)
+                inputs = step.propagated()
+                del step
+                if writer is not None:
+                    writer.add(_cast(lazy.block_state(index), save_dtype))
+                lazy.free_block(index)
+            seconds.append(watch.seconds)
+            cpu_seconds.append(watch.cpu_seconds)
         del inputs
         if on_done is not None:
             on_done(lazy)

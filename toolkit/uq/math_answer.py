@@ -51,8 +51,9 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def _marked(text: str) -> str | None:
-    """The answer behind a marker (\\boxed, "The answer is", "####"), or None."""
+def marked_final(text: str) -> str | None:
+    """The answer behind a marker (\\boxed{…}, "The answer is …", "#### …"), or None without one: the strict
+    reading of a response, with no last-number fallback."""
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed
@@ -69,15 +70,9 @@ def _marked(text: str) -> str | None:
     return None
 
 
-def marked_final(text: str) -> str | None:
-    """A response's explicitly marked answer (\\boxed{…}, "The answer is …", "#### …"), None without a marker: the
-    strict reading, with no last-number fallback."""
-    return _marked(text)
-
-
 def predicted_final(text: str) -> str | None:
     """A model response's final answer: a marked one, else its last number (GSM8K style), else None."""
-    marked = _marked(text)
+    marked = marked_final(text)
     if marked is not None:
         return marked
     numbers = _NUMBER.findall(text)
@@ -86,7 +81,7 @@ def predicted_final(text: str) -> str | None:
 
 def reference_final(text: str) -> str | None:
     """A reference answer field's final answer: a marked one, else the whole field when it is one line."""
-    marked = _marked(text)
+    marked = marked_final(text)
     if marked is not None:
         return marked
     text = text.strip()

@@ -43,30 +43,15 @@ def load_problems(path: str, limit: int | None = None) -> list[dict]:
 
 
 @torch.no_grad()
-def sample_responses(model, tokenizer, prompt_ids: torch.Tensor, n: int, max_new_tokens: int,
-                     temperature: float, seed: int) -> list[torch.Tensor]:
-    """n sampled responses (token ids, cut at the first EOS, EOS kept so its uncertainty counts)."""
-    torch.manual_seed(seed)
-    device = next(model.parameters()).device
-    output = model.generate(prompt_ids.unsqueeze(0).to(device), do_sample=True, temperature=temperature, top_k=None,
-                            top_p=None, max_new_tokens=max_new_tokens, num_return_sequences=n,
-                            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
-                            attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long, device=device))
-    responses = []
-    for row in output[:, len(prompt_ids):].cpu():
-        ends = (row == tokenizer.eos_token_id).nonzero()
-        responses.append(row[:int(ends[0]) + 1] if len(ends) else row)
-    return responses
-
-
-@torch.no_grad()
-def sample_responses_batch(model, tokenizer, prompts: list[torch.Tensor], n: int, max_new_tokens: int,
-                           temperature: float, seeds: list[int]) -> list[list[torch.Tensor]]:
-    """`sample_responses` for several prompts in one generate call (left-padded, n rows each), with the same
-    random draws: each prompt samples from its own generator seeded like `sample_responses` (seeds[i]) and draws
-    while any of its rows is unfinished, and no row depends on the other rows. The left padding can change logits in
-    their last bits (attention sums in another order), so a sampled token may, rarely, differ. Decoding
-    n·len(prompts) rows at once costs little more than n rows on a CPU: each step reads the weights once."""
+def sample_responses(model, tokenizer, prompts: list[torch.Tensor], n: int, max_new_tokens: int,
+                     temperature: float, seeds: list[int]) -> list[list[torch.Tensor]]:
+    """n sampled responses per prompt (token ids, cut at the first EOS, EOS kept so its uncertainty counts), the
+    prompts in one generate call (left-padded, n rows each). Each prompt samples from its own generator seeded with
+    seeds[i], with the draws of transformers' own temperature sampling of that prompt alone (`do_sample`,
+    `num_return_sequences=n` after `torch.manual_seed(seeds[i])`): it draws while any of its rows is unfinished, and
+    no row depends on the other rows. With several prompts the left padding can change logits in their last bits
+    (attention sums in another order), so a sampled token may, rarely, differ. Decoding n·len(prompts) rows at once
+    costs little more than n rows on a CPU: each step reads the weights once."""
     from transformers import LogitsProcessor, LogitsProcessorList
 
     device = next(model.parameters()).device
@@ -180,12 +165,9 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
     with open(ctx.path("responses.jsonl"), "w") as log:
         for qi, (item, prompt_ids) in enumerate(ctx.progress(list(zip(items, prompts)), total=len(items),
                                                              description="questions")):
-            if config.generate_batch == 1:
-                sampled[qi] = sample_responses(model, tokenizer, prompt_ids, config.candidates,
-                                               config.max_new_tokens, config.temperature, ctx.seed + qi)
-            elif qi not in sampled:
+            if qi not in sampled:
                 block = range(qi, min(qi + config.generate_batch, len(items)))
-                sampled.update(zip(block, sample_responses_batch(
+                sampled.update(zip(block, sample_responses(
                     model, tokenizer, [prompts[j] for j in block], config.candidates, config.max_new_tokens,
                     config.temperature, [ctx.seed + j for j in block])))
             responses = sampled.pop(qi)
