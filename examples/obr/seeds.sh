@@ -3,7 +3,8 @@
 # the same rotation (QuaRot, exact Hadamards, rotation seed 0), grid and calibration for both; perplexity on the
 # same 32 x 256 windows of WikiText-2 test. The seed draws the calibration windows (--seed).
 #   SEEDS (default "0 1 2"), SETTINGS (default "w4a16-s50 w4a4kv4-s50 w4a4kv4-2:4"), METHODS (default
-#   "obr-gptq sparsegpt-two-stage"), NSAMPLES x SEQLEN (default 16 x 256: what the CPU allows for 18 runs)
+#   "obr-gptq sparsegpt-two-stage two-stage-unrotated": the two-stage baseline on the same rotation and unrotated,
+#   its strongest form at W4A16 in the 32 x 512 run), NSAMPLES x SEQLEN (default 16 x 256: what the CPU allows for 18 runs)
 # Writes runs/repro-obr-seeds/<setting>/<method>-s<seed>/run.json (finished runs are reused), then
 # examples/obr/seeds_table.py prints mean +- sd per (setting, method) and writes runs/repro-obr-seeds/results.json.
 set -euo pipefail
@@ -14,7 +15,7 @@ VALID=$DATA/valid.txt; TEST=$DATA/test.txt
 MODEL=${MODEL:-zoo:smollm2-135m}
 SEEDS=${SEEDS:-"0 1 2"}
 SETTINGS=${SETTINGS:-"w4a16-s50 w4a4kv4-s50 w4a4kv4-2:4"}
-METHODS=${METHODS:-"obr-gptq sparsegpt-two-stage"}
+METHODS=${METHODS:-"obr-gptq sparsegpt-two-stage two-stage-unrotated"}
 NSAMPLES=${NSAMPLES:-16}; SEQLEN=${SEQLEN:-256}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 CLI="nice -n ${NICE:-5} .venv/bin/iclrkit -q"
@@ -40,6 +41,8 @@ for setting in $SETTINGS; do
       case $method in
         obr-gptq) $CLI compress obr $COMMON $Q $S --mode gptq --seed "$seed" --out "$dir" > /dev/null ;;
         sparsegpt-two-stage) $CLI compress sparsegpt-gptq $COMMON $Q $S --seed "$seed" --out "$dir" > /dev/null ;;
+        two-stage-unrotated) $CLI compress sparsegpt-gptq $COMMON $Q $S --no-rotate --seed "$seed" --out "$dir" \
+          > /dev/null ;;
         wanda-rtn) $CLI compress wanda $COMMON $Q $S --seed "$seed" --out "$dir" > /dev/null ;;
         *) echo "unknown method $method" >&2; exit 2 ;;
       esac

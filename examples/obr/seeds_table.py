@@ -11,7 +11,9 @@ import statistics
 import sys
 from pathlib import Path
 
-METHODS = {"obr-gptq": "OBR_GPTQ", "sparsegpt-two-stage": "SparseGPT->GPTQ two-stage", "wanda-rtn": "Wanda+RTN"}
+METHODS = {"obr-gptq": "OBR_GPTQ", "sparsegpt-two-stage": "SparseGPT->GPTQ two-stage",
+           "two-stage-unrotated": "SparseGPT->GPTQ two-stage (unrotated)", "wanda-rtn": "Wanda+RTN"}
+BASELINES = ("SparseGPT->GPTQ two-stage", "SparseGPT->GPTQ two-stage (unrotated)")  # OBR's verdicts, each one
 
 
 def runs(out: Path) -> list[dict]:
@@ -24,7 +26,8 @@ def runs(out: Path) -> list[dict]:
         rows.append({"model": "smollm2-135m", "setting": setting, "method": METHODS.get(method, method),
                      "seed": int(seed), "ppl": round(m["ppl"], 3), "seconds": round(m["compress_seconds"], 1),
                      "sparsity": m.get("sparsity"), "nsamples": m.get("calibration_windows"),
-                     "seqlen": m.get("seqlen"), "hadamard": m.get("hadamard")})
+                     "seqlen": m.get("seqlen"), "rotate": bool(m.get("rotated", m.get("hadamard") is not None)),
+                     "hadamard": m.get("hadamard")})
     return rows
 
 
@@ -49,17 +52,22 @@ def verdicts(summary: list[dict]) -> list[str]:
     for s in summary:
         by_setting.setdefault(s["setting"], {})[s["method"]] = s
     for setting, methods in by_setting.items():
-        obr, base = methods.get("OBR_GPTQ"), methods.get("SparseGPT->GPTQ two-stage")
-        if not obr or not base or obr["n_seeds"] < 2 or base["n_seeds"] < 2:
-            lines.append(f"{setting}: fewer than 2 seeds for one method: no verdict")
-            continue
-        gap = base["ppl_mean"] - obr["ppl_mean"]
-        beyond = abs(gap) > max(obr["ppl_sd"], base["ppl_sd"])
-        who = "OBR" if gap > 0 else "two-stage"
-        lines.append(f"{setting}: {who} lower by {abs(gap):.2f} ppl; "
-                     f"{'beyond' if beyond else 'NOT beyond'} the seed sd "
-                     f"(OBR sd {obr['ppl_sd']:.2f}, two-stage sd {base['ppl_sd']:.2f}; "
-                     f"{min(obr['n_seeds'], base['n_seeds'])} seeds)")
+        obr = methods.get("OBR_GPTQ")
+        for name in BASELINES:
+            base = methods.get(name)
+            if base is None:
+                continue
+            label = name.replace("SparseGPT->GPTQ ", "")
+            if not obr or obr["n_seeds"] < 2 or base["n_seeds"] < 2:
+                lines.append(f"{setting}: OBR vs {label}: fewer than 2 seeds for one method: no verdict")
+                continue
+            gap = base["ppl_mean"] - obr["ppl_mean"]
+            beyond = abs(gap) > max(obr["ppl_sd"], base["ppl_sd"])
+            who = "OBR" if gap > 0 else label
+            lines.append(f"{setting}: OBR vs {label}: {who} lower by {abs(gap):.2f} ppl; "
+                         f"{'beyond' if beyond else 'NOT beyond'} the seed sd "
+                         f"(OBR sd {obr['ppl_sd']:.2f}, {label} sd {base['ppl_sd']:.2f}; "
+                         f"{min(obr['n_seeds'], base['n_seeds'])} seeds)")
     return lines
 
 
