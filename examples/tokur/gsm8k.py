@@ -159,6 +159,8 @@ def main() -> None:
             print(f"stopped after {args.budget_s:.0f} s: scoring the questions that finished", file=sys.stderr)
         cpu["evaluation"] = round(children_cpu_s() - before, 1)  # CPU s of the evaluation process (load included)
     sigma = json.loads((out / "sigma.json").read_text())["sigma"]
+    if args.score_only:  # the sampling settings are the run's own, not this invocation's defaults
+        args.temperature, args.max_new_tokens, args.candidates = run_settings(out, args)
     result = {"model": args.model, "subset": args.subset if args.max_steps is None else None,
               "max_steps": args.max_steps, "strict_judge": args.strict_judge, "candidates": args.candidates,
               "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "sigma": sigma,
@@ -167,6 +169,20 @@ def main() -> None:
         result["cpu_s"] = cpu
     (out / "results.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
+
+
+def run_settings(out: Path, args) -> tuple[float, int, int]:
+    """(temperature, max new tokens, candidates) of the run in `out` (its config.yaml and run/run.json), else the
+    command line's."""
+    import yaml
+
+    temperature, max_new, candidates = args.temperature, args.max_new_tokens, args.candidates
+    if (out / "config.yaml").is_file():
+        temperature = yaml.safe_load((out / "config.yaml").read_text()).get("temperature", temperature)
+    if (out / "run" / "run.json").is_file():
+        config = json.loads((out / "run" / "run.json").read_text()).get("config", {})
+        max_new, candidates = config.get("max_new_tokens", max_new), config.get("candidates", candidates)
+    return temperature, max_new, candidates
 
 
 def find_sigma(base: list[str], out: Path, key: dict) -> None:
