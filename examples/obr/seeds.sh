@@ -4,7 +4,7 @@
 # same 32 x 256 windows of WikiText-2 test. The seed draws the calibration windows (--seed).
 #   SEEDS (default "0 1 2"), SETTINGS (default "w4a16-s50 w4a4kv4-s50 w4a4kv4-2:4"), METHODS (default
 #   "obr-gptq sparsegpt-two-stage two-stage-unrotated": the two-stage baseline on the same rotation and unrotated,
-#   its strongest form at W4A16 in the 32 x 512 run), NSAMPLES x SEQLEN (default 16 x 256: what the CPU allows for 18 runs)
+#   its strongest form at W4A16 in the 32 x 512 run; "obr-unrotated" adds OBR without the rotation), NSAMPLES x SEQLEN (default 16 x 256: what the CPU allows for 18 runs)
 # Writes runs/repro-obr-seeds/<setting>/<method>-s<seed>/run.json (finished runs are reused), then
 # examples/obr/seeds_table.py prints mean +- sd per (setting, method) and writes runs/repro-obr-seeds/results.json.
 set -euo pipefail
@@ -40,6 +40,8 @@ for setting in $SETTINGS; do
       echo "== $dir ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))" >&2
       case $method in
         obr-gptq) $CLI compress obr $COMMON $Q $S --mode gptq --seed "$seed" --out "$dir" > /dev/null ;;
+        obr-unrotated) $CLI compress obr $COMMON $Q $S --mode gptq --no-rotate --seed "$seed" --out "$dir" \
+          > /dev/null ;;
         sparsegpt-two-stage) $CLI compress sparsegpt-gptq $COMMON $Q $S --seed "$seed" --out "$dir" > /dev/null ;;
         two-stage-unrotated) $CLI compress sparsegpt-gptq $COMMON $Q $S --no-rotate --seed "$seed" --out "$dir" \
           > /dev/null ;;

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 METHODS = {"obr-gptq": "OBR_GPTQ", "sparsegpt-two-stage": "SparseGPT->GPTQ two-stage",
-           "two-stage-unrotated": "SparseGPT->GPTQ two-stage (unrotated)", "wanda-rtn": "Wanda+RTN"}
+           "two-stage-unrotated": "SparseGPT->GPTQ two-stage (unrotated)", "obr-unrotated": "OBR_GPTQ (unrotated)",
+           "wanda-rtn": "Wanda+RTN"}
 BASELINES = ("SparseGPT->GPTQ two-stage", "SparseGPT->GPTQ two-stage (unrotated)")  # OBR's verdicts, each one
 
 
