@@ -120,7 +120,7 @@ def apply_threads(command_threads: int | None = None) -> int | None:
 MMAP_THRESHOLD = 1 << 20  # bytes: allocations from here up get their own mapping, returned to the OS when freed
 
 
-def apply_allocator(onload: bool = True) -> bool:
+def apply_allocator(onload: bool) -> bool:
     """The allocator policy of an onloaded run (glibc only): blocks of 1 MiB and more are mmapped. With glibc's
     adaptive threshold the large tensors a layer pipeline frees and re-allocates block after block fragment the heap,
     and the resident memory of an onloaded 360M-shape compress crept up ~40 MB per block (1.57 GB at 12 blocks; flat

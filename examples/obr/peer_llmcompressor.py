@@ -11,12 +11,12 @@ ACTORDER: static (llm-compressor's default), weight or none. Threads: whatever O
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from toolkit.core.timing import Stopwatch  # noqa: E402
 from toolkit.eval.perplexity import perplexity  # noqa: E402
 
 PER_CHANNEL_W4 = {"group_0": {"targets": ["Linear"],
@@ -79,19 +79,18 @@ def main(model_dir: str, tokens_path: str, name: str, out: Path, group_size: int
     model_dir = float_checkpoint(Path(model_dir), out / "checkpoint")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     data = Dataset.from_dict({"input_ids": windows.tolist(), "attention_mask": torch.ones_like(windows).tolist()})
-    started, cpu_started = time.perf_counter(), time.process_time()
-    # the tokenizer is only required by oneshot's argument checks: the windows are already token ids
-    oneshot(model=model, processor=AutoTokenizer.from_pretrained(model_dir), dataset=data,
-            recipe=recipe(name, group_size, actorder),
-            num_calibration_samples=windows.shape[0],
-            max_seq_length=windows.shape[1], shuffle_calibration_samples=False)
-    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    with Stopwatch() as watch:
+        # the tokenizer is only required by oneshot's argument checks: the windows are already token ids
+        oneshot(model=model, processor=AutoTokenizer.from_pretrained(model_dir), dataset=data,
+                recipe=recipe(name, group_size, actorder),
+                num_calibration_samples=windows.shape[0],
+                max_seq_length=windows.shape[1], shuffle_calibration_samples=False)
     result = perplexity(model, tokens["eval_ids"], max_length=tokens["max_length"], max_windows=tokens["windows"])
     import llmcompressor
 
     (out / "run.json").write_text(json.dumps({"technique": f"llmcompressor-{name}", "metrics": {
-        "ppl": result["ppl"], "compress_seconds": round(seconds, 3),
-        "compress_cpu_seconds": round(cpu_seconds, 3), "sparsity": round(linear_sparsity(model), 4),
+        "ppl": result["ppl"], "compress_seconds": round(watch.seconds, 3),
+        "compress_cpu_seconds": round(watch.cpu_seconds, 3), "sparsity": round(linear_sparsity(model), 4),
         "llmcompressor_version": llmcompressor.__version__, "group_size": group_size, "actorder": actorder,
         "threads": torch.get_num_threads()}}, indent=2))
 

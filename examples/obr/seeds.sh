@@ -4,7 +4,8 @@
 # same 32 x 256 windows of WikiText-2 test. The seed draws the calibration windows (--seed).
 #   SEEDS (default "0 1 2"), SETTINGS (default "w4a16-s50 w4a4kv4-s50 w4a4kv4-2:4"), METHODS (default
 #   "obr-gptq sparsegpt-two-stage two-stage-unrotated": the two-stage baseline on the same rotation and unrotated,
-#   its strongest form at W4A16 in the 32 x 512 run; "obr-unrotated" adds OBR without the rotation), NSAMPLES x SEQLEN (default 16 x 256: what the CPU allows for 18 runs)
+#   its strongest form at W4A16 in the 32 x 512 run; "obr-unrotated" adds OBR without the rotation),
+#   NSAMPLES x SEQLEN (default 16 x 256: what the CPU allows for the 27 runs of the defaults)
 # Writes runs/repro-obr-seeds/<setting>/<method>-s<seed>/run.json (finished runs are reused), then
 # examples/obr/seeds_table.py prints mean +- sd per (setting, method) and writes runs/repro-obr-seeds/results.json.
 set -euo pipefail

@@ -27,7 +27,7 @@ def runs(out: Path) -> list[dict]:
         rows.append({"model": "smollm2-135m", "setting": setting, "method": METHODS.get(method, method),
                      "seed": int(seed), "ppl": round(m["ppl"], 3), "seconds": round(m["compress_seconds"], 1),
                      "sparsity": m.get("sparsity"), "nsamples": m.get("calibration_windows"),
-                     "seqlen": m.get("seqlen"), "rotate": bool(m.get("rotated", m.get("hadamard") is not None)),
+                     "seqlen": m.get("seqlen"), "rotate": bool(m.get("rotated")),
                      "hadamard": m.get("hadamard")})
     return rows
 

@@ -8,10 +8,10 @@ def test_runner_sets_the_allocator_policy_once(monkeypatch):
     from cli import _runner
 
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
-    applied = _runner.apply_allocator()
+    applied = _runner.apply_allocator(onload=True)
     assert applied == sys.platform.startswith("linux")  # glibc here; elsewhere a no-op
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
-    assert _runner.apply_allocator() is False  # the user's environment wins
+    assert _runner.apply_allocator(onload=True) is False  # the user's environment wins
 
 
 def test_the_policy_is_for_onloaded_runs_only(monkeypatch):

@@ -1,23 +1,22 @@
 """examples/obr/seeds_table.py: per-seed rows, mean ± sd per (setting, method), and the "beyond the sd" verdict."""
 
-import importlib.util
 import json
 from pathlib import Path
+
+from testkit import load_script
 
 HERE = Path(__file__).resolve().parents[2] / "examples" / "obr" / "seeds_table.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("obr_seeds_table", HERE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(HERE, "obr_seeds_table")
 
 
 def _write(out: Path, setting: str, method: str, seed: int, ppl: float):
     d = out / setting / f"{method}-s{seed}"
     d.mkdir(parents=True)
     (d / "run.json").write_text(json.dumps({"metrics": {"ppl": ppl, "compress_seconds": 10.0 + seed,
+                                                        "rotated": "unrotated" not in method,
                                                         "sparsity": 0.5, "calibration_windows": 16, "seqlen": 256}}))
 
 
@@ -39,6 +38,7 @@ def test_mean_sd_and_verdicts(tmp_path, capsys):
     assert len(per_seed) == 12 and all(isinstance(r["seed"], int) for r in per_seed)
     assert {r["method"] for r in per_seed} == {"OBR_GPTQ", "SparseGPT->GPTQ two-stage",
                                               "SparseGPT->GPTQ two-stage (unrotated)"}
+    assert all(r["rotate"] == ("unrotated" not in r["method"]) for r in per_seed)
     summary = {(r["setting"], r["method"]): r for r in rows if r["seed"] == "mean"}
     assert summary[("w4a16-s50", "OBR_GPTQ")]["ppl_mean"] == 71.0
     assert summary[("w4a16-s50", "OBR_GPTQ")]["ppl_sd"] == 1.0

@@ -156,3 +156,21 @@ def test_majority_vote_groups_equivalent_answers():
     finals[0] = ["0.5", "\\frac{1}{2}", "1/2", "3"]
     correct[0] = [True, True, True, False]
     assert majority_vote_accuracy(correct, finals) == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("which", ["llama", "gpt2"])
+def test_response_log_probs_equal_the_full_forward(which, request):
+    """The LM head on the response positions only (logits_to_keep, where the forward takes it) gives the numbers of
+    the full forward's slice; repeated rows give the same numbers per row."""
+    from toolkit.models.adapters import takes_logits_to_keep
+
+    model = request.getfixturevalue(which)
+    ids = torch.cat([PROMPT, RESPONSE]).unsqueeze(0)
+    with torch.no_grad():
+        full = model(ids).logits[0, len(PROMPT) - 1:-1].float().log_softmax(-1)
+    assert torch.allclose(tokur.response_log_probs(model, PROMPT, RESPONSE), full, atol=1e-5)
+    rows = tokur.response_log_probs(model, PROMPT, RESPONSE, rows=3)
+    assert rows.shape == (3, *full.shape) and torch.allclose(rows, full.expand(3, -1, -1), atol=1e-5)
+    if which == "llama":  # transformers' Llama takes it: the head-on-the-response path is the one checked above
+        assert takes_logits_to_keep(model)
+    assert takes_logits_to_keep(torch.nn.Linear(2, 2)) is False

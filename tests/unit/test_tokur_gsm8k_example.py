@@ -1,18 +1,16 @@
 """examples/tokur/gsm8k.py --score-only records the run's own sampling settings, not the invocation's defaults."""
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
+
+from testkit import load_script
 
 HERE = Path(__file__).resolve().parents[2] / "examples" / "tokur" / "gsm8k.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("tokur_gsm8k_example", HERE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(HERE, "tokur_gsm8k_example")
 
 
 def test_score_only_takes_the_runs_settings(tmp_path):

@@ -215,3 +215,13 @@ def cache_kwarg(model: nn.Module) -> str:
     import inspect
 
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def takes_logits_to_keep(model: nn.Module) -> bool:
+    """Whether the forward takes `logits_to_keep` (the LM head on the last positions only)."""
+    import inspect
+
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False

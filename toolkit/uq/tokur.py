@@ -118,21 +118,14 @@ def response_log_probs(model: nn.Module, prompt_ids: torch.Tensor, response_ids:
     LM head runs on the response positions only (the same numbers: the head is applied position by position)."""
     count = len(response_ids)
     ids = torch.cat([prompt_ids, response_ids]).unsqueeze(0).expand(rows, -1).to(next(model.parameters()).device)
-    if count and _takes_logits_to_keep(model):
+    from toolkit.models.adapters import takes_logits_to_keep
+
+    if count and takes_logits_to_keep(model):
         logits = model(ids, logits_to_keep=count + 1).logits[:, :-1].float()
     else:
         logits = model(ids).logits[:, len(prompt_ids) - 1:-1].float()
     logits = logits.log_softmax(-1).cpu()
     return logits[0] if rows == 1 else logits
-
-
-def _takes_logits_to_keep(model: nn.Module) -> bool:
-    import inspect
-
-    try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def token_uncertainty(model: nn.Module, projections: list[Projection], prompt_ids: torch.Tensor,
