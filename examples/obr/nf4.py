@@ -14,22 +14,23 @@ def main(model_spec: str, eval_text: str, max_length: int, windows: int, out: Pa
 
     from toolkit.data.text import load_text, tokenize
     from toolkit.eval.perplexity import perplexity
-    from toolkit.models.adapters import adapter_for, get_layers
     from toolkit.models.source import load_model
+    from toolkit.models.view import view_of
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     model, tokenizer = load_model(model_spec, "cpu", torch.float32)
-    adapter = adapter_for(model)
+    view = view_of(model)
+    paths = view.quantized_inputs()
     started, stored = time.perf_counter(), 0
-    for layer in get_layers(model, adapter):
-        for path in adapter.block_linears():
+    for layer in view.blocks:
+        for path in [s.module for s in view.layout(0).slots]:
             module = layer.get_submodule(path)
             packed, state = bnb.quantize_4bit(module.weight.data, blocksize=64, quant_type="nf4")
             module.weight.data = bnb.dequantize_4bit(packed, state).to(module.weight.dtype)
             stored += packed.numel() + state.absmax.numel() * state.absmax.element_size()
     seconds = time.perf_counter() - started
     others = sum(p.numel() * 2 for n, p in model.named_parameters()
-                 if not any(n.endswith(f"{path}.weight") for path in adapter.block_linears()))
+                 if not any(n == f"{path}.weight" for path in paths))
     result = perplexity(model, tokenize(tokenizer, load_text(eval_text)), max_length=max_length,
                         max_windows=windows)
     out.mkdir(parents=True, exist_ok=True)

@@ -72,11 +72,11 @@ def child_compress(model: str, method: str, out: str, threads: str = "0") -> dic
     cls = GptqConfig if method == "gptq" else ObrConfig
     config = cls(model=model, data="embedded", nsamples=NSAMPLES, seqlen=SEQLEN, w_bits=4, a_bits=16, kv_bits=16,
                  sparsity=0.5, rotate=False, export="dense", onload=True)
-    from toolkit.models.adapters import adapter_for
     from toolkit.models.memory import block_dims, skeleton
+    from toolkit.models.view import view_of
 
     meta = skeleton(model)  # the run's own choice of a batched (fused) calibration forward, from config.json
-    batched = config.fused_calibration_fits(NSAMPLES, SEQLEN, block_dims(meta, adapter_for(meta)))
+    batched = config.fused_calibration_fits(NSAMPLES, SEQLEN, block_dims(view_of(meta)))
     plan = plan_memory(model, nsamples=NSAMPLES, seqlen=SEQLEN, runtime_bytes=baseline, batched=batched)
     ctx = RunContext(out=Path(out), quiet=True)
     started, cpu_started = time.perf_counter(), time.process_time()

@@ -35,11 +35,10 @@ def plan_onloaded(config, ctx) -> dict:
 
 
 def _batched(config, source) -> bool:
-    from toolkit.models.adapters import adapter_for
     from toolkit.models.memory import block_dims, skeleton
+    from toolkit.models.view import view_of
 
-    model = skeleton(source)
-    return config.fused_calibration_fits(config.nsamples, config.seqlen, block_dims(model, adapter_for(model)))
+    return config.fused_calibration_fits(config.nsamples, config.seqlen, block_dims(view_of(skeleton(source))))
 
 
 def run_compress_onloaded(config, ctx, calibration, compress_all) -> dict:
@@ -69,12 +68,11 @@ def run_compress_onloaded(config, ctx, calibration, compress_all) -> dict:
     out_dir = ctx.path("model") if ctx.out is not None and config.export != "none" and dist_info()[0] == 0 else None
     summary: dict = {}
     with Stopwatch() as watch:
-        _, kept, _ = compress_all(lazy.model, lazy.adapter, windows, config, ctx, lazy=lazy, out_dir=out_dir,
-                                  summary=summary)
+        _, kept, _ = compress_all(lazy.view, windows, config, ctx, lazy=lazy, out_dir=out_dir, summary=summary)
     per_block = summary.get("seconds_per_block", [])
     ctx.metrics.update({"method": config.method, "compress_seconds": round(watch.seconds, 3),
                         "compress_cpu_seconds": round(watch.cpu_seconds, 3), "rotated": False,
-                        "onload": True, "linears": len(lazy.layers) * len(lazy.adapter.block_linears()),
+                        "onload": True, "linears": sum(len(lazy.view.known_layout(i).slots) for i in range(len(lazy.layers))),
                         "sparsity": round(kept, 4), "calibration_windows": int(windows.shape[0]),
                         "seqlen": int(windows.shape[1]), "seconds_per_block": [round(t, 3) for t in per_block],
                         "cpu_seconds_per_block": [round(t, 3) for t in summary.get("cpu_seconds_per_block", [])],

@@ -8,12 +8,13 @@ import logging
 log = logging.getLogger("iclrkit")
 
 
-def export_outputs(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids, g_idx=None) -> None:
+def export_outputs(view, tokenizer, config, ctx, scales, rotation, vocab_grids, g_idx=None) -> None:
     """Writes what a resident compress run produced under ctx.out, as `config.export` asks: packed INT4 (+ model
     card), the dense fake-quant HF model (online rotations folded), compressed-tensors / gguf; records fp16_mb and
     the packed sizes in ctx.metrics."""
     from toolkit.compress.packed import fp16_size_bytes, save_packed
 
+    model = view.model
     ctx.metrics["fp16_mb"] = round(fp16_size_bytes(model) / 1e6, 3)
     if ctx.out is None or config.export == "none":
         return
@@ -25,12 +26,12 @@ def export_outputs(model, tokenizer, adapter, config, ctx, scales, rotation, voc
     if config.export in ("compressed-tensors", "gguf"):
         from toolkit.export.run import export_compress_run
 
-        export_compress_run(config, ctx, model, tokenizer, adapter, scales, metadata, g_idx)
+        export_compress_run(config, ctx, view, tokenizer, scales, metadata, g_idx)
     if config.export in ("both", "packed", "compressed-tensors", "gguf"):
         if config.w_bits >= 16:
             log.warning("packed export skipped: weights are not quantized (w_bits=16)")
         else:
-            sizes = save_packed(model, tokenizer, ctx.path("packed"), adapter, scales, config.w_bits, metadata,
+            sizes = save_packed(view, tokenizer, ctx.path("packed"), scales, config.w_bits, metadata,
                                 config.embed_bits, config.embed_group, vocab_grids, g_idx)
             ctx.metrics.update(sizes)
             from toolkit.export.card import write_packed_card
@@ -43,7 +44,7 @@ def export_outputs(model, tokenizer, adapter, config, ctx, scales, rotation, voc
         from toolkit.export.card import command_line, dense_card_notes
         from toolkit.models.save import save_model
 
-        fold_online_rotations(model, adapter)
+        fold_online_rotations(view)
         save_model(model, tokenizer, ctx.path("model"), technique=f"compress.{config.method}", source=config.model,
                    paper="https://arxiv.org/abs/2509.11177", command=command_line(),
                    notes="Dense fake-quant export: weights hold the quantized (and pruned) values in float; the "

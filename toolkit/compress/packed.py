@@ -26,12 +26,6 @@ import torch
 
 from toolkit.compress.quant import WeightGrid, codes_of, fit_weight_scale, max_code
 from toolkit.core.errors import BadInputError
-from toolkit.models.adapters import (
-    ArchAdapter,
-    adapter_for,
-    linear_weight,
-    set_linear_weight,
-)
 
 WEIGHTS = "model.packed.safetensors"
 FORMAT = "iclrkit-int-bitmask-v1"
@@ -47,12 +41,10 @@ def _unique_params(model) -> dict[str, torch.Tensor]:
     return out
 
 
-def vocab_matrix_names(model, adapter: ArchAdapter) -> list[str]:
+def vocab_matrix_names(view) -> list[str]:
     """State-dict names of the token embedding and LM head weights (one name per storage)."""
-    from toolkit.models.adapters import first_module, get_lm_head
-
-    modules = [first_module(model, adapter.embed_tokens), get_lm_head(model, adapter)]
-    by_ptr = {t.data_ptr(): n for n, t in _unique_params(model).items()}
+    modules = [view.embed_tokens, view.lm_head]
+    by_ptr = {t.data_ptr(): n for n, t in _unique_params(view.model).items()}
     return list(dict.fromkeys(by_ptr[m.weight.data_ptr()] for m in modules if m is not None))
 
 
@@ -73,11 +65,11 @@ def dequantize_groups(codes: torch.Tensor, scales: torch.Tensor, group: int) -> 
 
 
 @torch.no_grad()
-def round_vocab_matrices(model, adapter: ArchAdapter, bits: int, group: int) -> dict[str, tuple]:
+def round_vocab_matrices(view, bits: int, group: int) -> dict[str, tuple]:
     """Put the embeddings and LM head on their grouped integer grid, in place; returns name → (codes, scales) for
     `save_packed` (re-fitting scales on already-rounded weights could pick another grid)."""
-    params, grids = _unique_params(model), {}
-    for name in vocab_matrix_names(model, adapter):
+    params, grids = _unique_params(view.model), {}
+    for name in vocab_matrix_names(view):
         grids[name] = quantize_groups(params[name], bits, group)
         params[name].copy_(dequantize_groups(*grids[name], group).to(params[name].dtype))
     return grids
@@ -160,7 +152,7 @@ def unpack_linear(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: 
     return torch.from_numpy(unpack_linear_codes(tensors, shape, bits).astype(np.float32)) * scale
 
 
-def save_packed(model, tokenizer, out: Path, adapter: ArchAdapter, scales: dict[str, torch.Tensor], bits: int,
+def save_packed(view, tokenizer, out: Path, scales: dict[str, torch.Tensor], bits: int,
                 metadata: dict, embed_bits: int = 16, embed_group: int = 64,
                 vocab_grids: dict[str, tuple] | None = None, g_idx: dict[str, torch.Tensor] | None = None) -> dict:
     """Write the packed directory; returns measured sizes (MB) and the ratio to FP16. With embed_bits < 16 the
@@ -169,22 +161,22 @@ def save_packed(model, tokenizer, out: Path, adapter: ArchAdapter, scales: dict[
     (activation-ordered groups only)."""
     from safetensors.numpy import save_file
 
+    model = view.model
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     quantized, shapes, tensors = {}, {}, {}
     group_size = metadata.get("group_size")
     for path, scale in scales.items():
-        module = model.get_submodule(path)
-        weight = linear_weight(module, adapter.conv1d)
+        weight = view.weight(path)
         shapes[path] = list(weight.shape)
         packed = pack_linear(weight.detach().cpu(), scale.cpu(), bits, group_size if scale.dim() == 2 else None,
                              (g_idx or {}).get(path))
         for key, value in packed.items():
             tensors[f"{path}.{key}"] = value
-        quantized[f"{path}.weight"] = weight.numel()
+        quantized[view.param_name(path)] = quantized.get(view.param_name(path), 0) + weight.numel()
     linear_bytes = sum(v.nbytes for v in tensors.values())
     grouped = {name: {"bits": embed_bits, "group": embed_group}
-               for name in (vocab_matrix_names(model, adapter) if embed_bits < 16 else [])}
+               for name in (vocab_matrix_names(view) if embed_bits < 16 else [])}
     for name, tensor in _unique_params(model).items():
         value = tensor.detach().cpu()
         if name in grouped:
@@ -195,7 +187,7 @@ def save_packed(model, tokenizer, out: Path, adapter: ArchAdapter, scales: dict[
         elif name not in quantized:
             tensors[name] = (value.half() if value.is_floating_point() else value).numpy()
     config = {"quant_method": "iclrkit", "format": FORMAT, "bits": bits, "linears": shapes,
-              "conv1d": adapter.conv1d, "grouped_matrices": grouped, **metadata}
+              "grouped_matrices": grouped, **metadata}
     save_file(tensors, str(out / WEIGHTS), metadata={"quantization_config": json.dumps(config)})
     model.config.to_json_file(str(out / "config.json"))
     (out / "quantization_config.json").write_text(json.dumps(config, indent=2))
@@ -226,13 +218,15 @@ def load_packed(directory: str | Path, dtype=torch.float32, with_tokenizer: bool
     """(model, tokenizer) from a packed directory: weights dequantized to `dtype`, online rotations re-installed."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from toolkit.models.view import view_of
+
     directory = Path(directory)
     config, tensors = read_packed(directory)
     model_config = AutoConfig.from_pretrained(str(directory))
     model = AutoModelForCausalLM.from_config(model_config, dtype=dtype).eval()
-    adapter = adapter_for(model)
-    dense = {k: _as_torch(v, dtype) for k, v in tensors.items()
-             if not any(k.startswith(p + ".") for p in config["linears"]) or k.endswith(".bias")}
+    view = view_of(model)
+    packed_keys = {f"{p}.{key}" for p in config["linears"] for key in ("qweight", "scales", "mask", "g_idx")}
+    dense = {k: _as_torch(v, dtype) for k, v in tensors.items() if k not in packed_keys}
     for name, spec in config.get("grouped_matrices", {}).items():
         rows, cols = spec["shape"]
         codes = unpack_codes(tensors[f"{name}.qcodes"], rows * cols, spec["bits"]).reshape(rows, cols)
@@ -240,7 +234,7 @@ def load_packed(directory: str | Path, dtype=torch.float32, with_tokenizer: bool
         dense.pop(f"{name}.qcodes"), dense.pop(f"{name}.group_scales")
         dense[name] = dequantize_groups(torch.from_numpy(codes), scales, spec["group"]).to(dtype)
     missing, unexpected = model.load_state_dict(dense, strict=False)
-    quantized = {f"{p}.weight" for p in config["linears"]}
+    quantized = {view.param_name(p) for p in config["linears"]}
     if unexpected or set(missing) - quantized - _tied_names(model):
         raise BadInputError(f"packed weights do not match the config: missing {sorted(set(missing) - quantized)[:3]}, "
                             f"unexpected {unexpected[:3]}")
@@ -249,13 +243,12 @@ def load_packed(directory: str | Path, dtype=torch.float32, with_tokenizer: bool
         parts = {key: tensors[f"{path}.{key}"] for key in ("qweight", "scales", "mask", "g_idx")
                  if f"{path}.{key}" in tensors}
         grouped = group_size if parts["scales"].ndim == 2 else None
-        set_linear_weight(model.get_submodule(path),
-                          unpack_linear(parts, tuple(shape), config["bits"], grouped).to(dtype), adapter.conv1d)
+        view.set_weight(path, unpack_linear(parts, tuple(shape), config["bits"], grouped).to(dtype))
     rotation = config.get("rotation")
     if rotation:
         from toolkit.compress.rotation import install_online_rotations, online_rotations
 
-        install_online_rotations(model, adapter, *online_rotations(rotation))
+        install_online_rotations(view, *online_rotations(rotation))
     tokenizer = None
     if with_tokenizer:
         from transformers import AutoTokenizer

@@ -59,20 +59,26 @@ def resolve_defaults(config, rotate: bool, ctx=None):
     return config
 
 
-def _resolve_rotate(config: CompressConfig, adapter) -> bool:
-    from toolkit.compress.rotation import check_rotatable
+def _resolve_rotate(config: CompressConfig, view, ctx=None) -> bool:
+    """Whether this run rotates: `rotate=true` on an architecture where the rotation is not exact is bad input with
+    the reason; the default (None) rotates where it is exact and says why not elsewhere (stderr and run.json)."""
+    from toolkit.compress.rotation import rotation_refusal
 
     if config.rotate is False:
         return False
-    try:
-        check_rotatable(adapter)
-    except Exception:
-        if config.rotate:
-            raise
-        log.warning("rotation skipped: %s models are not rotatable here (LayerNorm); quantizing unrotated",
-                    adapter.model_types[0])
-        return False
-    return True
+    reason = rotation_refusal(view, a_bits=config.a_bits)
+    if reason is None:
+        return True
+    if config.rotate:
+        from toolkit.core.errors import BadInputError
+
+        raise BadInputError(f"rotation is not exact for {view.model_type}: {reason}", "run with --no-rotate")
+    message = f"rotation skipped: not exact for {view.model_type} ({reason}); quantizing unrotated"
+    if ctx is not None:
+        ctx.warn(message)
+    else:
+        log.warning(message)
+    return False
 
 
 def _calibration(config, tokenizer, model, seed, ctx=None):
@@ -91,39 +97,42 @@ def _context(model, default: int) -> int:
 
 
 def plan(config: CompressConfig, ctx) -> dict:
-    """--dry-run: the layers that would be compressed, their Hessian sizes, and a memory estimate."""
-    from toolkit.models.adapters import adapter_for, get_layers, linear_weight
+    """--dry-run: the architecture as discovered, the linears that would be compressed, their Hessian sizes, and a
+    memory estimate."""
     from toolkit.models.source import load_model
+    from toolkit.models.view import view_of
 
     if config.onload:
         from toolkit.compress.onloaded import plan_onloaded
 
         return plan_onloaded(config, ctx)
     model, _ = load_model(config.model, "cpu", None, with_tokenizer=False)
-    adapter = adapter_for(model)
-    layers = get_layers(model, adapter)
-    rotate = _resolve_rotate(config, adapter)
+    view = view_of(model)
+    rotate = _resolve_rotate(config, view)
+    layout, block = view.layout(0), view.blocks[0]
     linears, hessian_bytes = [], 0
     width = 4 if config.solve_dtype == "float32" else 8
-    for path in adapter.block_linears():
-        out_f, in_f = linear_weight(layers[0].get_submodule(path), adapter.conv1d).shape
-        linears.append({"linear": path, "shape": [out_f, in_f], "hessian": [in_f, in_f]})
-        hessian_bytes = max(hessian_bytes, in_f * in_f * width)
+    for group in layout.groups:
+        for slot in group.slots[:1] if group.experts else group.slots:
+            out_f, in_f = slot.shape(block)
+            name = f"{slot.module}.{slot.param}[0..{len(group.slots) - 1}]" if group.experts else slot.name
+            linears.append({"linear": name, "shape": [out_f, in_f], "hessian": [in_f, in_f]})
+            copies = len(group.slots) if group.experts else 1  # one Hessian per expert, all held at once
+            hessian_bytes = max(hessian_bytes, copies * in_f * in_f * width)
     params = sum(p.numel() for p in model.parameters())
     seqlen = min(config.seqlen, _context(model, config.seqlen))
-    hidden = linear_weight(layers[0].get_submodule(adapter.attn_out), adapter.conv1d).shape[0]
-    activations = 2 * config.nsamples * seqlen * hidden * 4
-    return {"method": config.method, "blocks": len(layers), "linears_per_block": linears, "rotate": rotate,
-            "sequential_groups": adapter.sequential_groups(), "calibration_tokens": config.nsamples * seqlen,
+    activations = 2 * config.nsamples * seqlen * view.dims()["hidden"] * 4
+    return {"method": config.method, "blocks": len(view), "architecture": view.describe(),
+            "linears_per_block": linears, "rotate": rotate,
+            "sequential_groups": [g.names for g in layout.groups], "calibration_tokens": config.nsamples * seqlen,
             "memory_estimate_mb": round((params * 4 + activations + 3 * hessian_bytes) / 2**20, 1),
             "largest_hessian_mb": round(hessian_bytes / 2**20, 2)}
 
 
 def run_compress(config: CompressConfig, ctx) -> dict:
     from toolkit.compress.outputs import export_outputs
-    from toolkit.compress.quant import activation_quant, kv_cache_quant
-    from toolkit.models.adapters import ModelView, adapter_for, get_layers
     from toolkit.models.source import load_model
+    from toolkit.models.view import view_of
     from toolkit.nn.distributed import dist_info, ranks_metric
 
     if ctx.resume and ranks_metric():
@@ -138,139 +147,172 @@ def run_compress(config: CompressConfig, ctx) -> dict:
 
     # the model (and its forwards) in --dtype; Hessians and solves in solve_dtype; weights written back in --dtype
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
-    adapter = adapter_for(model)
+    view = view_of(model)  # resolved once; every step below asks it
     ctx.inputs["model"] = config.model
-    rotate = _resolve_rotate(config, adapter)
+    rotate = _resolve_rotate(config, view, ctx)
     config = resolve_defaults(config, rotate, ctx)
     windows = _calibration(config, tokenizer, model, ctx.seed, ctx)
+    view.layout(0)  # probed on the unrotated model (the rotation keeps the structure)
     rotation = None
     with Stopwatch() as watch:
         if rotate:
             from toolkit.compress.rotation import rotate_model
 
-            rotation = rotate_model(model, adapter, config.rotation_seed, online_o_proj=config.a_bits < 16,
+            rotation = rotate_model(view, config.rotation_seed, online_o_proj=config.a_bits < 16,
                                     kind=config.rotation_kind)
             ctx.metrics["hadamard"] = rotation["hadamard"]  # per rotation: "exact" | "kron-orthogonal"
-        scales, kept, g_idx = _compress_all(model, adapter, windows, config, ctx)
+        scales, kept, g_idx = _compress_all(view, windows, config, ctx)
         vocab_grids = None
         if config.embed_bits < 16:
             from toolkit.compress.packed import round_vocab_matrices
 
-            vocab_grids = round_vocab_matrices(model, adapter, config.embed_bits, config.embed_group)
-    layers = get_layers(model, adapter)
-    block_linears = ModelView(model, adapter).block_linear_paths()
+            vocab_grids = round_vocab_matrices(view, config.embed_bits, config.embed_group)
     ctx.metrics.update({"method": config.method, "compress_seconds": round(watch.seconds, 3),
                         "compress_cpu_seconds": round(watch.cpu_seconds, 3), "rotated": rotate,
-                        "linears": len(block_linears), "sparsity": round(kept, 4),
+                        "linears": len(view.slot_names()), "sparsity": round(kept, 4),
                         "calibration_windows": int(windows.shape[0]), "seqlen": int(windows.shape[1]),
                         **ranks_metric()})
     if dist_info()[0] > 0:  # under torchrun every rank holds the same compressed model: rank 0 evaluates and writes
         return ctx.metrics
     if config.eval_data:
-        from toolkit.data.text import load_text, tokenize
-        from toolkit.eval.perplexity import perplexity
-
-        ids = tokenize(tokenizer, load_text(config.eval_data))
-        attention = [layer.get_submodule(adapter.attn_out.rsplit(".", 1)[0]) for layer in layers]
-        with activation_quant(model, block_linears, config.a_bits, config.a_clip_ratio), \
-                kv_cache_quant(model, attention, config.kv_bits, config.kv_bits, hadamard=rotate,
-                               mode=config.kv_quant):
-            result = perplexity(model, ids, max_length=min(config.eval_max_length, _context(model, 2048)),
-                                device=ctx.device, max_windows=config.eval_windows, progress=ctx.progress)
-        ctx.metrics.update({"ppl": result["ppl"], "eval_tokens": result["tokens"],
-                            "eval_simulated": "fake-quant activations/KV on CPU" if config.a_bits < 16
-                            or config.kv_bits < 16 else "weights only"})
-    export_outputs(model, tokenizer, adapter, config, ctx, scales, rotation, vocab_grids, g_idx)
+        _evaluate(view, tokenizer, config, ctx, rotate)
+    export_outputs(view, tokenizer, config, ctx, scales, rotation, vocab_grids, g_idx)
     return ctx.metrics
 
 
-def _compress_all(model, adapter, windows, config, ctx, lazy=None, out_dir=None, summary=None):
-    """Run the sequential pipeline; returns ({linear path: scales [out] or [out, groups]}, achieved sparsity over
-    block linears, {linear path: g_idx} for activation-ordered groups)."""
-    import torch
-    from safetensors.torch import load_file, save_file
+def _evaluate(view, tokenizer, config, ctx, rotate: bool) -> None:
+    """Perplexity of the compressed model with its activations and KV cache fake-quantized as configured."""
+    from toolkit.compress.quant import activation_quant, kv_cache_quant
+    from toolkit.data.text import load_text, tokenize
+    from toolkit.eval.perplexity import perplexity
 
-    from toolkit.models.adapters import layers_path, linear_weight, set_linear_weight
-    from toolkit.models.memory import block_dims
-    from toolkit.nn.distributed import dist_info
-    from toolkit.nn.pipeline import run_sequential
+    model = view.model
+    ids = tokenize(tokenizer, load_text(config.eval_data))
+    attention = [view.attention(i) for i in range(len(view))]
+    with activation_quant(model, view.quantized_inputs(), config.a_bits, config.a_clip_ratio), \
+            kv_cache_quant(model, attention, config.kv_bits, config.kv_bits, hadamard=rotate, mode=config.kv_quant):
+        result = perplexity(model, ids, max_length=min(config.eval_max_length, _context(model, 2048)),
+                            device=ctx.device, max_windows=config.eval_windows, progress=ctx.progress)
+    ctx.metrics.update({"ppl": result["ppl"], "eval_tokens": result["tokens"],
+                        "eval_simulated": "fake-quant activations/KV on CPU" if config.a_bits < 16
+                        or config.kv_bits < 16 else "weights only"})
 
-    dtype = getattr(torch, config.solve_dtype)
-    prefix = layers_path(model, adapter)
-    scales: dict[str, torch.Tensor] = {}
-    g_idx: dict[str, torch.Tensor] = {}
-    counts = {"kept": 0, "total": 0}
-    checkpoints = ctx.checkpoint_dir if ctx.out is not None and dist_info()[0] == 0 else None
 
-    def reduced(accumulator):
-        """H over every rank's windows under torch.distributed (sums and counts all-reduced; a no-op in one
-        process)."""
-        accumulator.all_reduce()
-        return accumulator.H
+class _Compressor:
+    """The per-block work of a compress run: each sequential group's Hessians → the method's solves → weights
+    written back through the slots; scales and g_idx collected by full slot name; kept weights counted."""
 
-    fused = config.fused_calibration_fits(windows.shape[0], windows.shape[1], block_dims(model, adapter))
-    ctx.metrics["calibration"] = "fused" if fused else "per-group" if config.true_sequential else "one-pass"
+    def __init__(self, view, windows, config, ctx):
+        import torch
 
-    def compress_group(step, group, H, block_scales):
-        modules = [step.block.get_submodule(path) for path in group]
-        weights = [linear_weight(module, adapter.conv1d) for module in modules]
-        solved = _solve_group(weights, H, config, dtype)
-        for path, module, weight, (new, grid) in zip(group, modules, weights, solved):
-            set_linear_weight(module, new.to(weight.dtype), adapter.conv1d)
-            if grid is not None:
-                name = f"{prefix}.{step.index}.{path}"
-                block_scales[name] = grid.scales.float().contiguous()
-                if grid.g_idx is not None:
-                    block_scales[f"{name}{G_IDX}"] = grid.g_idx.to(torch.int32).contiguous()
+        from toolkit.models.memory import block_dims
 
-    def on_block(step):
-        block_scales = {}
-        groups = adapter.sequential_groups()
-        if fused:  # each group compressed as its input arrives in one batched forward, which also propagates
+        self.view, self.config, self.ctx = view, config, ctx
+        self.dtype = getattr(torch, config.solve_dtype)
+        self.scales: dict = {}
+        self.counts = {"kept": 0, "total": 0}
+        self.fused = config.fused_calibration_fits(windows.shape[0], windows.shape[1], block_dims(view))
+        self.all_tokens = getattr(config, "moe_calibration", "routed") == "all"
+
+    def mode(self) -> str:
+        return "fused" if self.fused else "per-group" if self.config.true_sequential else "one-pass"
+
+    def on_block(self, step, checkpoints=None) -> None:
+        from safetensors.torch import save_file
+
+        block_scales: dict = {}
+        groups = step.layout.groups
+        if self.fused:  # each group compressed as its input arrives in one batched forward, which also propagates
             step.calibrate_in_one_forward(
-                [[step.block.get_submodule(path) for path in group] for group in groups],
-                lambda index, accumulator: compress_group(step, groups[index], reduced(accumulator), block_scales),
-                dtype)
+                groups, lambda index, tap: self.compress_group(step, groups[index], tap, block_scales), self.dtype,
+                self.all_tokens)
+        elif not self.config.true_sequential:  # every group's H from one forward through the block as it came in
+            for group, tap in zip(groups, step.group_hessians(groups, self.dtype, self.all_tokens)):
+                self.compress_group(step, group, tap, block_scales)
         else:
-            shared = None
-            if not config.true_sequential:  # every group's H from one forward through the block as it came in
-                shared = step.input_hessians([step.block.get_submodule(group[0]) for group in groups],
-                                             adapter.conv1d, dtype)
-            for index, group in enumerate(groups):
-                accumulator = shared[index] if shared is not None else step.input_hessians(
-                    [step.block.get_submodule(group[0])], adapter.conv1d, dtype)[0]
-                compress_group(step, group, reduced(accumulator), block_scales)
-        scales.update(block_scales)
+            for group in groups:
+                tap, = step.group_hessians([group], self.dtype, self.all_tokens)
+                self.compress_group(step, group, tap, block_scales)
+        self.scales.update(block_scales)
         if checkpoints is not None and block_scales:
             save_file(block_scales, str(checkpoints / f"scales_{step.index}.safetensors"))
 
+    def compress_group(self, step, group, tap, block_scales) -> None:
+        import torch
+
+        accumulators = tap.accumulators()
+        for accumulator in {id(a): a for a in accumulators.values()}.values():
+            accumulator.all_reduce()  # H over every rank's windows under torch.distributed; a no-op in one process
+        if group.experts:
+            record_expert_tokens(self.ctx, self.view.full_name(step.index, group.slots[0].module), tap.tokens,
+                                 getattr(self.config, "moe_min_tokens", 0))
+        batches = [group.slots] if not group.experts else [[slot] for slot in group.slots]
+        for slots in batches:
+            weights = [slot.weight(step.block) for slot in slots]
+            solved = _solve_group(weights, accumulators[slots[0].name].H, self.config, self.dtype)
+            for slot, weight, (new, grid) in zip(slots, weights, solved):
+                slot.set_weight(step.block, new.to(weight.dtype))
+                if grid is not None:
+                    name = self.view.full_name(step.index, slot)
+                    block_scales[name] = grid.scales.float().contiguous()
+                    if grid.g_idx is not None:
+                        block_scales[f"{name}{G_IDX}"] = grid.g_idx.to(torch.int32).contiguous()
+
+    def count(self, block, layout) -> None:
+        for slot in layout.slots:
+            weight = slot.weight(block)
+            self.counts["kept"] += int((weight != 0).sum())
+            self.counts["total"] += weight.numel()
+
+
+def record_expert_tokens(ctx, experts: str, tokens: dict[str, int], threshold: int) -> None:
+    """run.json lists, per fused experts projection, the calibration tokens each expert saw; an expert under
+    `threshold` tokens gets a warning (its Hessian is nearly empty: the solve leans on the damping alone)."""
+    per_param: dict[str, dict[int, int]] = {}
+    for name, count in tokens.items():
+        param, expert = name.rsplit(".", 2)[-2:]
+        per_param.setdefault(param, {})[int(expert)] = count
+    table = ctx.metrics.setdefault("expert_tokens", {})
+    for param, counts in per_param.items():
+        table[f"{experts}.{param}"] = [counts[e] for e in sorted(counts)]
+    starved = sorted({int(n.rsplit(".", 1)[1]) for n, c in tokens.items() if c < threshold})
+    if starved:
+        ctx.warn(f"{experts}: experts {starved} saw fewer than {threshold} calibration tokens")
+
+
+def _compress_all(view, windows, config, ctx, lazy=None, out_dir=None, summary=None):
+    """Run the sequential pipeline; returns ({slot name: scales [out] or [out, groups]}, achieved sparsity over
+    block slots, {slot name: g_idx} for activation-ordered groups)."""
+    from safetensors.torch import load_file
+
+    from toolkit.nn.distributed import dist_info
+    from toolkit.nn.pipeline import run_sequential
+
+    compressor = _Compressor(view, windows, config, ctx)
+    checkpoints = ctx.checkpoint_dir if ctx.out is not None and dist_info()[0] == 0 else None
+    ctx.metrics["calibration"] = compressor.mode()
     if lazy is not None:  # onloaded: blocks read, compressed, counted and written one at a time
         from toolkit.nn.pipeline import run_sequential_onloaded
 
         def counted(step):
-            on_block(step)
-            for path in adapter.block_linears():
-                weight = linear_weight(step.block.get_submodule(path), adapter.conv1d)
-                counts["kept"] += int((weight != 0).sum())
-                counts["total"] += weight.numel()
+            compressor.on_block(step, checkpoints)
+            compressor.count(step.block, step.layout)
 
         (summary if summary is not None else {}).update(run_sequential_onloaded(
             lazy, windows, counted, device=ctx.device, out_dir=out_dir, progress=ctx.progress))
     else:
-        run_sequential(model, windows, on_block, device=ctx.device, checkpoint_dir=checkpoints, resume=ctx.resume,
-                       fingerprint=_run_fingerprint(config, model), progress=ctx.progress)
+        run_sequential(view.model, windows, lambda step: compressor.on_block(step, checkpoints), device=ctx.device,
+                       checkpoint_dir=checkpoints, resume=ctx.resume, fingerprint=_run_fingerprint(config, view.model),
+                       progress=ctx.progress, view=view)
+        for index, block in enumerate(view.blocks):
+            compressor.count(block, view.layout(index))
+    scales = compressor.scales
     if checkpoints is not None:
         for path in sorted(checkpoints.glob("scales_*.safetensors")):
             for name, value in load_file(str(path)).items():
                 scales.setdefault(name, value)
-    for name in [name for name in scales if name.endswith(G_IDX)]:
-        g_idx[name[:-len(G_IDX)]] = scales.pop(name).long()
-    layers = model.get_submodule(prefix)
-    for layer in (layers if lazy is None else []):
-        for path in adapter.block_linears():
-            weight = linear_weight(layer.get_submodule(path), adapter.conv1d)
-            counts["kept"] += int((weight != 0).sum())
-            counts["total"] += weight.numel()
+    g_idx = {name[:-len(G_IDX)]: scales.pop(name).long() for name in [n for n in scales if n.endswith(G_IDX)]}
+    counts = compressor.counts
     return scales, 1 - counts["kept"] / max(counts["total"], 1), g_idx
 
 

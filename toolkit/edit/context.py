@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 from torch import nn
 
-from toolkit.models.adapters import ModelView
 from toolkit.models.tokens import pad_id
+from toolkit.models.view import ModelView, view_of
 
 
 @dataclass
@@ -31,14 +31,14 @@ class EditContext:
 
     @classmethod
     def of(cls, model: nn.Module, tokenizer, device, **kwargs) -> EditContext:
-        return cls(model=model, tokenizer=tokenizer, view=ModelView(model), device=device, **kwargs)
+        return cls(model=model, tokenizer=tokenizer, view=view_of(model), device=device, **kwargs)
 
     def with_templates(self, templates: list[str]) -> EditContext:
         return dataclasses.replace(self, templates=list(templates))
 
     def down(self, layer: int) -> str:
         """Path of block `layer`'s MLP down-projection (its input is the key, its weight is what MEMIT edits)."""
-        return self.view.linear_path(layer, self.view.adapter.mlp_down)
+        return self.view.full_name(layer, self.view.mlp_out(layer, "MEMIT"))
 
     def block(self, layer: int) -> str:
         return self.view.block_path(layer)
@@ -50,7 +50,7 @@ class EditContext:
     @property
     def base(self) -> nn.Module:
         """The module that owns the block list (its forward runs the blocks and the final norm, without the head)."""
-        return self.view.module(self.view.layers_path.rpartition(".")[0])
+        return self.view.decoder
 
     @property
     def blocks_name(self) -> str:

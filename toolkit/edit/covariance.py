@@ -164,8 +164,9 @@ def key_covariance_onloaded(lazy, tokenizer, layers: list[int], text: str, n_tok
     def hooks(index, block):
         if index not in todo:
             return []
-        return [block.get_submodule(lazy.adapter.mlp_down).register_forward_hook(_recorder(accumulators, index))]
+        target = lazy.view.mlp_out(index, "MEMIT's covariance").module
+        return [block.get_submodule(target).register_forward_hook(_recorder(accumulators, index))]
 
     stream.run([stream.windows(windows, batch=BATCH)], last=max(todo), hooks=hooks,
-               stop_inside_last=lazy.adapter.mlp_down, progress=progress)
+               stop_inside_last=lambda index: lazy.view.mlp_out(index).module, progress=progress)
     return _store(accumulators, files, covs, todo, cache)

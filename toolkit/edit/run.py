@@ -186,14 +186,12 @@ def _memory_plan(config: MemitConfig, ctx) -> dict:
     covariance = {"onload": config.onload, "mb": "not planned: --model is not a local directory with config.json"}
     source = Path(str(config.model)).expanduser()
     if (source / "config.json").is_file():
-        from toolkit.models.adapters import adapter_for, get_layers, linear_weight
         from toolkit.models.memory import skeleton
+        from toolkit.models.view import view_of
 
-        model = skeleton(source)
-        adapter = adapter_for(model)
-        blocks = get_layers(model, adapter)
-        layers = config.layers if config.layers is not None else default_layers(len(blocks))
-        keys = linear_weight(blocks[0].get_submodule(adapter.mlp_down), adapter.conv1d).shape[1]
+        view = view_of(skeleton(source))
+        layers = config.layers if config.layers is not None else default_layers(len(view))
+        keys = view.dims()["intermediate"]  # the down-projection's input width (meta weights: no probe)
         covariance = stats_plan(str(source), onload=config.onload, windows=max(1, -(-config.cov_tokens //
                                 config.cov_seqlen)), seqlen=config.cov_seqlen, blocks=max(layers) + 1, batch=8,
                                 statistics_bytes=len(layers) * keys * keys * 8, compute_dtype=dtype)

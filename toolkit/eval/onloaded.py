@@ -44,11 +44,17 @@ def perplexity_onloaded(lazy, ids: torch.Tensor, max_length: int = 512, stride: 
 
 
 def _final_parts(lazy):
-    """(final norm, output head) of the model, found by its adapter; an architecture without them is refused."""
-    from toolkit.models.adapters import first_module
+    """(final norm, output head) of the model, found by its view; an architecture without them, or one that
+    transforms the logits after the head (soft-capping, a logit scale), is refused."""
+    from toolkit.models import archs
 
-    norm = first_module(lazy.model, lazy.adapter.final_norm)
-    head = lazy.model.get_output_embeddings()
+    norm = lazy.view.final_norm
+    head = lazy.view.lm_head
+    transforms = archs.logit_transforms(lazy.config)
+    if transforms:
+        raise BadInputError(f"onload=true perplexity applies the final norm and the head only; "
+                            f"{lazy.config.model_type} also applies {', '.join(transforms)} to its logits",
+                            "drop onload=true")
     if norm is None or head is None:
         raise BadInputError(f"onload=true perplexity needs a final norm and an output head; "
                             f"{lazy.config.model_type} has {'no final norm' if norm is None else 'no head'}",

@@ -34,8 +34,8 @@ SCHEMA_VERSION = "0.20.1"  # the compressed-tensors release whose schema this wr
 
 
 def check_exportable(q: QuantizedModel) -> None:
-    if q.adapter.conv1d:
-        raise BadInputError(f"{q.adapter.model_types[0]} stores its linears as Conv1D: not supported by the "
+    if any(slot.kind == "conv1d" for slot in q.view.slots(0)):
+        raise BadInputError(f"{q.view.model_type} stores its linears as Conv1D: not supported by the "
                             "compressed-tensors format (it targets nn.Linear)", "use the packed export for GPT-2")
     a_bits, kv_bits = int(q.metadata.get("a_bits", 16)), int(q.metadata.get("kv_bits", 16))
     if a_bits < 16 or kv_bits < 16:
@@ -93,16 +93,13 @@ def quantization_config(q: QuantizedModel, ignore: list[str]) -> dict:
 
 
 def _folded_down_proj(q: QuantizedModel) -> dict[str, torch.Tensor]:
-    """down_proj paths whose input the model rotates online → W·Q_intᵀ (float64 product, stored float32)."""
-    from toolkit.models.adapters import get_layers, layers_path
-
+    """Linears whose input the model rotates online (down_proj; o_proj with the cross-head rotation) → W·Qᵀ
+    (float64 product, stored float32)."""
     folded = {}
-    for i, layer in enumerate(get_layers(q.model, q.adapter)):
-        down = layer.get_submodule(q.adapter.mlp_down)
-        online = getattr(down, "iclrkit_online_rotation", None)
-        if online is not None:
-            folded[f"{layers_path(q.model, q.adapter)}.{i}.{q.adapter.mlp_down}"] = \
-                (down.weight.data.double().cpu() @ online.matrix().t()).float()
+    for name, module in q.model.named_modules():
+        online = getattr(module, "iclrkit_online_rotation", None)
+        if online is not None and name in q.linears:
+            folded[name] = (module.weight.data.double().cpu() @ online.matrix().t()).float()
     return folded
 
 

@@ -136,14 +136,13 @@ def save_gguf(q: QuantizedModel, out: Path, filename: str = "model-Q4_0.gguf", c
 
     from toolkit.export.card import write_card
     from toolkit.export.compressed_tensors import _folded_down_proj
-    from toolkit.models.adapters import get_layers
 
     check_exportable(q)
     config = q.model.config
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     target = out / filename
-    n_layers = len(get_layers(q.model, q.adapter))
+    n_layers = len(q.view)
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layers)

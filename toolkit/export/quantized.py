@@ -39,7 +39,7 @@ class LinearGrid:
 class QuantizedModel:
     model: torch.nn.Module  # fake-quant model (float weights on the grid), online rotations installed
     tokenizer: object
-    adapter: object
+    view: object  # toolkit.models.view.ModelView of `model`
     bits: int
     linears: dict[str, LinearGrid]
     metadata: dict = field(default_factory=dict)  # method, w_bits, a_bits, kv_bits, sparsity, nm, rotation, ...
@@ -64,19 +64,18 @@ def _grid(codes: torch.Tensor, scales: torch.Tensor, group_size: int | None) -> 
     return LinearGrid(codes, scales.float().reshape(-1, 1), None)
 
 
-def from_model(model, tokenizer, adapter, scales: dict[str, torch.Tensor], bits: int, metadata: dict,
+def from_model(view, tokenizer, scales: dict[str, torch.Tensor], bits: int, metadata: dict,
                provenance: dict | None = None, g_idx: dict | None = None) -> QuantizedModel:
-    """From a compress run in memory: `scales` maps each quantized linear path to its scales ([out] per channel,
-    [out, groups] grouped with metadata["group_size"])."""
+    """From a compress run in memory: `scales` maps each quantized slot (linear path, or one expert of a fused
+    expert tensor) to its scales ([out] per channel, [out, groups] grouped with metadata["group_size"])."""
     from toolkit.compress.quant import codes_of
-    from toolkit.models.adapters import linear_weight
 
     if g_idx:
         raise BadInputError("activation-ordered groups (actorder=group, g_idx) are not exported to this format",
                             "compress with --actorder static (or none) to export")
     linears = {}
     for path, scale in scales.items():
-        weight = linear_weight(model.get_submodule(path), adapter.conv1d).detach().cpu()
+        weight = view.weight(path).detach().cpu()
         grid = _grid(torch.zeros(0), scale.detach().cpu(), metadata.get("group_size"))
         entry = grid.scales if grid.group_size is None else \
             grid.scales.repeat_interleave(grid.group_size, dim=1)[:, :weight.shape[1]]
@@ -85,7 +84,7 @@ def from_model(model, tokenizer, adapter, scales: dict[str, torch.Tensor], bits:
             raise BadInputError(f"{path}: weight is not on its quantization grid; cannot export it losslessly")
         grid.codes = codes.to(torch.int8)
         linears[path] = grid
-    return QuantizedModel(model, tokenizer, adapter, bits, linears, dict(metadata), None, dict(provenance or {}))
+    return QuantizedModel(view.model, tokenizer, view, bits, linears, dict(metadata), None, dict(provenance or {}))
 
 
 def check_packed(directory) -> tuple[dict, dict[str, np.ndarray]]:
@@ -148,7 +147,7 @@ def _load(directory: Path, dtype, with_tokenizer: bool):
 def from_packed(directory, provenance: dict | None = None) -> QuantizedModel:
     """From a `packed/` directory: the model as `load_packed` rebuilds it (float32) and the stored grids."""
     from toolkit.compress.packed import unpack_linear_codes
-    from toolkit.models.adapters import adapter_for
+    from toolkit.models.view import view_of
 
     directory = Path(directory)
     config, tensors = check_packed(directory)
@@ -164,23 +163,22 @@ def from_packed(directory, provenance: dict | None = None) -> QuantizedModel:
                               config.get("group_size"))
     metadata = {k: v for k, v in config.items() if k not in ("linears", "grouped_matrices", "quant_method", "format")}
     # every unquantized tensor of a packed file is float16 (or a grouped grid with float16 scales)
-    return QuantizedModel(model, tokenizer, adapter_for(model), config["bits"], linears, metadata, torch.float16,
+    return QuantizedModel(model, tokenizer, view_of(model), config["bits"], linears, metadata, torch.float16,
                           dict(provenance or {}))
 
 
-def quant_hooks(model, adapter, metadata: dict) -> contextlib.ExitStack:
+def quant_hooks(view, metadata: dict) -> contextlib.ExitStack:
     """Enter the activation / KV fake-quant hooks a compress run evaluated with (a no-op for weight-only runs)."""
     from toolkit.compress.quant import activation_quant, kv_cache_quant
-    from toolkit.models.adapters import ModelView, get_layers
 
     a_bits, kv_bits = int(metadata.get("a_bits", 16)), int(metadata.get("kv_bits", 16))
     stack = contextlib.ExitStack()
-    layers = get_layers(model, adapter)
-    linears = ModelView(model, adapter).block_linear_paths()
-    attention = [layer.get_submodule(adapter.attn_out.rsplit(".", 1)[0]) for layer in layers]
-    stack.enter_context(activation_quant(model, linears, a_bits, float(metadata.get("a_clip_ratio", 1.0))))
+    attention = [view.attention(i) for i in range(len(view))]
+    stack.enter_context(activation_quant(view.model, view.quantized_inputs(), a_bits,
+                                         float(metadata.get("a_clip_ratio", 1.0))))
     # files written before kv_quant existed used the per-head asymmetric quantizer
-    stack.enter_context(kv_cache_quant(model, attention, kv_bits, kv_bits, hadamard=bool(metadata.get("rotation")),
+    stack.enter_context(kv_cache_quant(view.model, attention, kv_bits, kv_bits,
+                                       hadamard=bool(metadata.get("rotation")),
                                        mode=metadata.get("kv_quant", "head-asym")))
     return stack
 
@@ -189,7 +187,7 @@ def load_packed_model(directory, device: str = "cpu", dtype=None, kind: str = "c
                       with_tokenizer: bool = True, hooks: bool = True):
     """(model, tokenizer) for `--model packed/`: dequantized weights, online rotations, and (hooks=True) the run's
     activation/KV fake quantization kept installed for the model's lifetime (`model.iclrkit_quant_hooks`)."""
-    from toolkit.models.adapters import adapter_for
+    from toolkit.models.view import view_of
 
     if kind != "causal-lm":
         raise BadInputError(f"a packed iclrkit directory is a causal LM; it cannot be loaded as {kind}")
@@ -200,7 +198,7 @@ def load_packed_model(directory, device: str = "cpu", dtype=None, kind: str = "c
     model.iclrkit_packed = {k: config.get(k) for k in ("method", "w_bits", "a_bits", "kv_bits", "sparsity",
                                                          "rotation")}
     if hooks and (int(config.get("a_bits", 16)) < 16 or int(config.get("kv_bits", 16)) < 16):
-        model.iclrkit_quant_hooks = quant_hooks(model, adapter_for(model), config)
+        model.iclrkit_quant_hooks = quant_hooks(view_of(model), config)
         log.info("packed model %s: activations fake-quantized to %s bits, KV cache to %s bits (as its run evaluated)",
                  directory, config.get("a_bits"), config.get("kv_bits"))
     return model, tokenizer

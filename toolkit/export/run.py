@@ -80,7 +80,7 @@ def run_export(config: ExportConfig, ctx) -> dict:
     return ctx.metrics
 
 
-def export_compress_run(config, ctx, model, tokenizer, adapter, scales: dict, metadata: dict, g_idx=None) -> dict:
+def export_compress_run(config, ctx, view, tokenizer, scales: dict, metadata: dict, g_idx=None) -> dict:
     """compress's `--set export=compressed-tensors|gguf`: write OUT/compressed-tensors or OUT/gguf from the model in
     memory (before the dense export folds the rotation in place)."""
     from toolkit.export.quantized import from_model
@@ -89,7 +89,7 @@ def export_compress_run(config, ctx, model, tokenizer, adapter, scales: dict, me
         raise BadInputError(f"--export {config.export} needs quantized weights (w_bits < 16)")
     calibration = (f"{config.data} ({config.nsamples} windows x {config.seqlen} tokens)" if config.data
                    else "none")
-    q = from_model(model, tokenizer, adapter, {k: v for k, v in scales.items() if "::" not in k}, config.w_bits,
+    q = from_model(view, tokenizer, {k: v for k, v in scales.items() if "::" not in k}, config.w_bits,
                    metadata, {"source_model": config.model, "calibration": calibration}, g_idx)
     if config.export == "compressed-tensors":
         from toolkit.export.compressed_tensors import check_exportable

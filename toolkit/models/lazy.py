@@ -150,8 +150,8 @@ class LazyModel:
         import transformers
         from accelerate import init_empty_weights
 
-        from toolkit.models.adapters import adapter_for, get_layers
         from toolkit.models.source import _quiet_transformers
+        from toolkit.models.view import view_of
 
         self.directory = Path(directory)
         if not (self.directory / "config.json").is_file():
@@ -166,9 +166,9 @@ class LazyModel:
         with init_empty_weights(include_buffers=False):
             self.model = transformers.AutoModelForCausalLM.from_config(self.config, dtype=dtype)
         self.model.eval()
-        self.adapter = adapter_for(self.model)
-        self.layers = get_layers(self.model, self.adapter)
-        self.prefix = next(p for p in self.adapter.layers if _has(self.model, p))
+        self.view = view_of(self.model)
+        self.layers = self.view.blocks
+        self.prefix = self.view.layers_path
         self.tied = _tied_aliases(self.model, self.index)
         names = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
         names |= {n for n, _ in _persistent_buffers(self.model)}
@@ -241,14 +241,6 @@ def _in_checkpoint(lazy: LazyModel, root: nn.Module, name: str) -> bool:
     if root is lazy.model:
         return name in lazy.index.shard_of
     return True
-
-
-def _has(model: nn.Module, path: str) -> bool:
-    try:
-        model.get_submodule(path)
-        return True
-    except AttributeError:
-        return False
 
 
 def _persistent_buffers(root: nn.Module):

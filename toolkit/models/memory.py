@@ -41,15 +41,10 @@ def batched_workspace(windows: int, seqlen: int, hidden: int, intermediate: int,
     return windows * seqlen * (3 * intermediate + 4 * hidden) * width + heads * seqlen * seqlen * width
 
 
-def block_dims(model, adapter) -> tuple[int, int, int]:
-    """(hidden, intermediate, heads) of the model's first block, from its linears' shapes (meta weights do)."""
-    from toolkit.models.adapters import get_layers, linear_weight
-
-    layer = get_layers(model, adapter)[0]
-    hidden = linear_weight(layer.get_submodule(adapter.attn_out), adapter.conv1d).shape[0]
-    intermediate = linear_weight(layer.get_submodule(adapter.mlp_down), adapter.conv1d).shape[1]
-    heads = getattr(model.config, "num_attention_heads", None) or getattr(model.config, "n_head", 1)
-    return hidden, intermediate, heads
+def block_dims(view) -> tuple[int, int, int]:
+    """(hidden, intermediate, heads) of the model's first block, from its slots' shapes (meta weights do)."""
+    dims = view.dims()
+    return dims["hidden"], dims["intermediate"], dims["heads"] or 1
 
 
 def _bytes(dtype: torch.dtype) -> int:
@@ -92,11 +87,11 @@ def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu
     compressing layer by layer; `runtime_bytes` (the process before any tensor: interpreter, torch, kernels) is
     added to the host peak when given (a benchmark measures it). `batched`: the calibration forward takes every
     window at once (compress's fused calibration), so the workspace is nsamples windows'."""
-    from toolkit.models.adapters import adapter_for, get_layers, linear_weight
+    from toolkit.models.view import structural_slots, view_of
 
     model = skeleton(config_or_dir)
-    adapter = adapter_for(model)
-    layers = get_layers(model, adapter)
+    view = view_of(model)
+    layers = view.blocks
     config = model.config
     width = _bytes(compute_dtype)
     seen, total, block_ids = set(), 0, {id(p) for p in layers.parameters()}
@@ -109,21 +104,29 @@ def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu
         if id(param) not in block_ids:
             resident += param.numel()
     tied = getattr(config, "tie_word_embeddings", False)
-    head = getattr(model, "lm_head", None)
-    if tied and head is not None and head.weight is not first_embedding(model, adapter):
+    head, embed = view.lm_head, view.embed_tokens
+    if tied and head is not None and embed is not None and head.weight is not embed.weight:
         resident -= head.weight.numel()  # the skeleton leaves the tie to loading; one tensor after it
         total -= head.weight.numel()
     block = max(sum(p.numel() for p in layer.parameters()) for layer in layers)
-    hidden, intermediate, heads = block_dims(model, adapter)
-    largest_in = max(linear_weight(layers[0].get_submodule(group[0]), adapter.conv1d).shape[1]
-                     for group in adapter.sequential_groups())
-    largest_weight = max(linear_weight(layers[0].get_submodule(p), adapter.conv1d).numel()
-                         for p in adapter.block_linears())
+    hidden, intermediate, heads = block_dims(view)
+    slots, _, _ = structural_slots(layers[0])
+    shapes = [slot.shape(layers[0]) for slot in slots]
+    largest_in = max(cols for _, cols in shapes)
+    largest_weight = max(rows * cols for rows, cols in shapes)
+    # fused experts: one Hessian per expert of a projection is held at once (E x in^2), beside one solve's copies
+    expert_ins = {}
+    for slot, (_, cols) in zip(slots, shapes):
+        if slot.kind == "expert":
+            expert_ins[slot.param] = expert_ins.get(slot.param, 0) + cols * cols
+    hessian_elements = max([hessian_copies * largest_in * largest_in]
+                           + [total_sq + (hessian_copies - 1) * largest_in * largest_in
+                              for total_sq in expert_ins.values()])
     parts = {
         "resident_weights": (resident if onload else total) * width,
         "block_weights": block * width,
         "activations": nsamples * seqlen * hidden * width,  # the inputs of one block; its outputs as many again
-        "hessians": hessian_copies * largest_in * largest_in * _bytes(hessian_dtype),
+        "hessians": hessian_elements * _bytes(hessian_dtype),
         "solve_weights": weight_copies * largest_weight * _bytes(hessian_dtype),
         "workspace": batched_workspace(nsamples if batched else 1, seqlen, hidden, intermediate, heads, width),
         "output": total * _bytes(save_dtype or compute_dtype),
@@ -142,6 +145,7 @@ def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu
                 + runtime_bytes)
         devices = {"cpu": peak}
     return {"model_type": config.model_type, "blocks": len(layers), "parameters": total, "hidden": hidden,
+            "experts": view.dims()["experts"],
             "largest_in_features": largest_in, "nsamples": nsamples, "seqlen": seqlen, "onload": onload,
             "batched": batched,
             "bytes": parts, "runtime_bytes": runtime_bytes, "peak_bytes": devices,
@@ -170,13 +174,6 @@ def whole_model_plan(model: str, why: str, *, compute_dtype: torch.dtype = torch
     plan.update(parameters=total, mb={k: round(v / MB, 2) for k, v in parts.items()},
                 peak_mb_without_activations=round(sum(parts.values()) / MB, 2))
     return plan
-
-
-def first_embedding(model, adapter):
-    from toolkit.models.adapters import first_module
-
-    module = first_module(model, adapter.embed_tokens)
-    return None if module is None else module.weight
 
 
 def live_tensor_bytes() -> int:

@@ -47,19 +47,21 @@ class BlockStream:
         resident forward over `batch` windows at a time)."""
         from toolkit.nn.pipeline import _to, capture_block_inputs
 
-        hidden, args, kwargs = capture_block_inputs(self.lazy.model, windows, self.device, self.lazy.adapter)
+        hidden, args, kwargs = capture_block_inputs(self.lazy.model, windows, self.device, self.lazy.view)
         if batch > 1:
             hidden = [torch.cat(hidden[start:start + batch]) for start in range(0, len(hidden), batch)]
         return Inputs(hidden, _to(args, self.device), _to(kwargs, self.device))
 
     def run(self, groups: list[Inputs], *, last: int | None = None,
             hooks: Callable[[int, nn.Module], list] | None = None,
-            after: Callable[[int, list[Inputs]], None] | None = None, stop_inside_last: str | None = None,
-            progress: Callable | None = None) -> None:
+            after: Callable[[int, list[Inputs]], None] | None = None,
+            stop_inside_last: str | Callable[[int], str] | None = None, progress: Callable | None = None) -> None:
         """Blocks 0..last (default: all): block i is read, `hooks(i, block)` registers forward hooks (it returns
         their handles; they are removed after the block), every group runs through the block and its hidden states
         become the block's outputs, `after(i, groups)` reads them, and the block is freed. `stop_inside_last` (a
-        module path inside the block) ends the last block's calls after that module: its outputs are not needed."""
+        module path inside the block, or a function of the block index giving one) ends the last block's calls after
+        that module: its outputs are not needed. Each block's layout (lazy.view.layout) is discovered on its first
+        input when it loads, so `hooks` may ask the view for its slots."""
         from toolkit.nn.pipeline import BlockStep
 
         lazy = self.lazy
@@ -69,8 +71,13 @@ class BlockStream:
             block = lazy.load_block(index).to(self.device)
             if self.probe is not None:
                 self.probe(f"block {index} loaded")
+            first = groups[0]
+            lazy.view.layout(index, (first.hidden[0].to(self.device), first.args, first.kwargs))
             handles = hooks(index, block) if hooks is not None else []
-            stop = block.get_submodule(stop_inside_last) if stop_inside_last and index == last else None
+            stop = None
+            if stop_inside_last and index == last:
+                path = stop_inside_last(index) if callable(stop_inside_last) else stop_inside_last
+                stop = block.get_submodule(path)
             try:
                 for number, group in enumerate(groups):
                     self.group = number

@@ -11,16 +11,18 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn as nn
 
 from toolkit.core.errors import BadInputError
 from toolkit.core.records import write_json
-from toolkit.models.adapters import ArchAdapter, adapter_for, get_layers
 from toolkit.nn.distributed import dist_info, rank_windows
 from toolkit.nn.hooks import StopForward, stop_forward
+
+if TYPE_CHECKING:
+    from toolkit.models.view import BlockLayout, Group, ModelView
 
 log = logging.getLogger("iclrkit")
 
@@ -41,21 +43,26 @@ class BlockStep:
     # the block mid-forward): the pipeline then takes these as the next block's inputs instead of propagating again
     outputs: list[torch.Tensor] | None = None
 
-    def input_hessians(self, modules: list[nn.Module], conv1d: bool = False, dtype=torch.float64) -> list:
-        """One calibration forward, stopped after the last of `modules` (linears of this block): a
-        HessianAccumulator of each one's input (the one way every technique calibrates a block's linears)."""
-        from toolkit.linalg.hessian import HessianAccumulator
-        from toolkit.models.adapters import linear_weight
+    layout: BlockLayout | None = None  # the block's discovered groups (ModelView.layout), set by the pipeline
 
-        accumulators = [HessianAccumulator(linear_weight(m, conv1d).shape[1], device=self.device, dtype=dtype)
-                        for m in modules]
-        handles = [m.register_forward_hook(a.hook()) for m, a in zip(modules, accumulators)]
+    def group_hessians(self, groups: list[Group], dtype=torch.float64, all_tokens: bool = False) -> list:
+        """One calibration forward, stopped as soon as the last of `groups` has its input: a `Tap` per group (its
+        `accumulators()` map each slot to its Hessian accumulator: one shared by a plain group's slots, one per
+        expert for fused experts, from the tokens routed to it or every token with `all_tokens`). Groups are given
+        in the block's call order (the layout's)."""
+        from toolkit.nn.calibrate import Tap
+
+        taps = [Tap(group, self.block, dtype, self.device, all_tokens) for group in groups]
+        handles = [tap.module.register_forward_pre_hook(tap.hook(), with_kwargs=True) for tap in taps]
+        handles.append(taps[-1].module.register_forward_pre_hook(_stop_pre_hook))  # after the taps' own hooks
         try:
-            self.run(stop_after=modules[-1])
+            self._forward_all()
         finally:
             for handle in handles:
                 handle.remove()
-        return accumulators
+        if self.probe is not None:
+            self.probe(f"block {self.index} calibrated")
+        return taps
 
     def run(self, stop_after: nn.Module | None = None) -> list[torch.Tensor] | None:
         """Forward every window through the block (hooks the callback registered see each one); outputs on CPU.
@@ -86,29 +93,36 @@ class BlockStep:
             self.probe(f"block {self.index} calibrated and propagated in one batch")
         return list(out.split([hidden.shape[0] for hidden in self.inputs]))
 
-    def calibrate_in_one_forward(self, groups: list[list[nn.Module]], on_group: Callable[[int, Any], None],
-                                 dtype=torch.float64) -> None:
+    def calibrate_in_one_forward(self, groups: list[Group], on_group: Callable[[int, Any], None],
+                                 dtype=torch.float64, all_tokens: bool = False) -> None:
         """True-sequential calibration in ONE forward: every window goes through the block as one batch
-        (`run_batched`); when the input of group g (linears of this block sharing one input) arrives, a
-        HessianAccumulator of it goes to `on_group(g, accumulator)` before the group runs, so a callback that changes
-        the group's weights makes the later groups see the changed earlier ones. The block's outputs are kept as the
-        next block's inputs (`propagated`): no second forward."""
-        from toolkit.linalg.hessian import HessianAccumulator
+        (`run_batched`); when group g's input arrives at its anchor, a `Tap` of it goes to `on_group(g, tap)` before
+        the group runs, so a callback that changes the group's weights makes the later groups see the changed
+        earlier ones (groups sharing an anchor, a fused experts module's gate/up then down, are handled in order at
+        that one call). The block's outputs are kept as the next block's inputs (`propagated`): no second forward."""
+        from toolkit.nn.calibrate import Tap
 
         done: set[int] = set()
+        anchors: dict[int, list[int]] = {}
+        modules = {}
+        for index, group in enumerate(groups):
+            module = self.block.get_submodule(group.anchor)
+            anchors.setdefault(id(module), []).append(index)
+            modules[id(module)] = module
 
-        def pre_hook(index):
-            def hook(module, args):
-                if index in done:  # the group's other linears see the same input after its first one
-                    return
-                done.add(index)
-                accumulator = HessianAccumulator(args[0].shape[-1], device=args[0].device, dtype=dtype)
-                accumulator.add(args[0].detach())
-                on_group(index, accumulator)
+        def pre_hook(indices):
+            def hook(module, args, kwargs):
+                for index in indices:
+                    if index in done:
+                        continue
+                    done.add(index)
+                    tap = Tap(groups[index], self.block, dtype, None, all_tokens)
+                    tap.add(args, kwargs)
+                    on_group(index, tap)
             return hook
 
-        handles = [module.register_forward_pre_hook(pre_hook(index))
-                   for index, group in enumerate(groups) for module in group]
+        handles = [modules[key].register_forward_pre_hook(pre_hook(indices), with_kwargs=True)
+                   for key, indices in anchors.items()]
         try:
             self.outputs = self.run_batched()
         finally:
@@ -133,6 +147,10 @@ class BlockStep:
         return outputs
 
 
+def _stop_pre_hook(module, args) -> None:
+    raise StopForward
+
+
 def _to(value, device):
     if torch.is_tensor(value):
         return value.to(device)
@@ -146,10 +164,12 @@ def _to(value, device):
 
 
 def capture_block_inputs(model: nn.Module, windows: torch.Tensor, device: str,
-                         adapter: ArchAdapter | None = None) -> tuple[list[torch.Tensor], tuple, dict]:
+                         view: ModelView | None = None) -> tuple[list[torch.Tensor], tuple, dict]:
     """Hidden states entering block 0 for each window (CPU), plus the extra args/kwargs the model passes blocks
     (masks, position embeddings), captured once: windows share a length, so those are the same for all."""
-    layers = get_layers(model, adapter)
+    from toolkit.models.view import view_of
+
+    layers = (view or view_of(model)).blocks
     inputs: list[torch.Tensor] = []
     captured: dict[str, Any] = {}
 
@@ -194,7 +214,7 @@ def _non_block_modules(model: nn.Module, layers: nn.ModuleList) -> list[nn.Modul
 
 def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[BlockStep], None], *,
                    device: str = "cpu", checkpoint_dir: Path | None = None, resume: bool = False,
-                   fingerprint: str = "", progress: Callable | None = None) -> None:
+                   fingerprint: str = "", progress: Callable | None = None, view: ModelView | None = None) -> None:
     """Call `on_block(step)` for each block in order; `on_block` registers hooks, calls `step.run()` to calibrate,
     and changes the block's weights. The pipeline then propagates the windows through the changed block.
     Under torch.distributed each rank propagates its share of the windows (`rank_windows`), as the onloaded
@@ -203,10 +223,12 @@ def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[
     With `checkpoint_dir`, block i's weights and the next block's inputs are saved after it is done; with
     `resume=True` finished blocks are restored instead of recomputed (the fingerprint must match).
     """
-    adapter = adapter_for(model)
-    layers = get_layers(model, adapter)
+    from toolkit.models.view import view_of
+
+    view = view or view_of(model)
+    layers = view.blocks
     state = _load_progress(checkpoint_dir, fingerprint) if (resume and checkpoint_dir) else None
-    inputs, args, kwargs = capture_block_inputs(model, rank_windows(windows), device, adapter)
+    inputs, args, kwargs = capture_block_inputs(model, rank_windows(windows), device, view)
     start = 0
     if state is not None:
         start = state["done"] + 1
@@ -220,7 +242,8 @@ def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[
         block = layers[index]
         original_device = next(block.parameters()).device
         block.to(device)
-        step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device)
+        step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
+                         layout=view.layout(index, (inputs[0].to(device), args, kwargs)))
         on_block(step)
         inputs = step.propagated()
         block.to(original_device)
@@ -283,7 +306,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
         lazy.load_non_block()
         if probe is not None:
             probe("non-block parts loaded")
-        inputs, args, kwargs = capture_block_inputs(lazy.model, rank_windows(windows), device, lazy.adapter)
+        inputs, args, kwargs = capture_block_inputs(lazy.model, rank_windows(windows), device, lazy.view)
         args, kwargs = _to(args, device), _to(kwargs, device)
         indices = range(len(lazy.layers))
         for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
@@ -292,7 +315,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
                 if probe is not None:
                     probe(f"block {index} loaded")
                 step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
-                                 probe=probe)
+                                 probe=probe, layout=lazy.view.layout(index, (inputs[0].to(device), args, kwargs)))
                 on_block(step)
                 inputs = step.propagated()
                 del step

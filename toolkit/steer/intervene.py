@@ -17,14 +17,14 @@ import torch
 
 from toolkit.core.errors import BadInputError, require
 from toolkit.core.tensorfile import load_tensors, save_tensors
-from toolkit.models.adapters import layers_path
+from toolkit.models.view import view_of
 from toolkit.nn.hooks import capture, edit_output
 
 OPERATORS = ("add", "ablate", "clip")
 
 
 def num_layers(model) -> int:
-    return len(model.get_submodule(layers_path(model)))
+    return len(view_of(model))
 
 
 def check_layers(model, layers: Sequence[int]) -> list[int]:
@@ -36,7 +36,7 @@ def check_layers(model, layers: Sequence[int]) -> list[int]:
 
 
 def block_path(model, layer: int) -> str:
-    return f"{layers_path(model)}.{layer}"
+    return view_of(model).block_path(layer)
 
 
 def context_length(model) -> int:

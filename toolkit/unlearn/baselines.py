@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from toolkit.core.errors import BadInputError
-from toolkit.models.adapters import adapter_for, get_layers
+from toolkit.models.view import view_of
 from toolkit.unlearn.config import GaConfig, NpoConfig, RmuConfig
 from toolkit.unlearn.data import collate
 from toolkit.unlearn.losses import mean_nll, npo_loss, rmu_loss, sequence_logprob
@@ -88,12 +88,11 @@ def rmu_objective(config: RmuConfig, layer: int, control: torch.Tensor, frozen: 
 def setup_rmu(config: RmuConfig, ctx, model, corpus):
     """Train only the MLP down-projections of blocks ℓ-2..ℓ (hidden state ℓ is the output of block ℓ-1)."""
     layer = rmu_layer(config, model)
-    adapter = adapter_for(model)
-    blocks = get_layers(model, adapter)
+    view = view_of(model)
     model.requires_grad_(False)
     params = []
     for index in range(max(0, layer - 3), layer):
-        module = blocks[index].get_submodule(adapter.mlp_down)
+        module = view.blocks[index].get_submodule(view.mlp_out(index, "RMU").module)
         module.requires_grad_(True)
         params += list(module.parameters())
     frozen = frozen_retain_states(model, corpus, layer, ctx.device)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from toolkit.models.adapters import adapter_for, get_layers, get_module, linear_weight
+from toolkit.models.view import view_of
 
 
 # ------------------------------------------------------------------------------------------ decomposition math
@@ -66,12 +66,15 @@ class Projection:
 
 def attention_projections(model: nn.Module, rank: int) -> list[Projection]:
     """The attention projections (q, k, v or fused qkv, and o) of every block with their rank-r bases."""
-    adapter = adapter_for(model)
+    view = view_of(model)
     projections = []
-    for block in get_layers(model, adapter):
-        for path in adapter.attention_inputs() + [adapter.attn_out]:
-            module = get_module(block, path)
-            weight = linear_weight(module, adapter.conv1d).detach().float()  # (out, in)
+    for index, block in enumerate(view.blocks):
+        layout = view.layout(index)
+        inside = [s for g in layout.groups if g.roles & {"attn_in", "attn_out"} for s in g.slots
+                  if layout.attention and s.module.startswith(layout.attention + ".")]
+        for slot in inside:
+            module = block.get_submodule(slot.module)
+            weight = slot.weight(block).detach().float()  # (out, in)
             left, _, _ = torch.linalg.svd(weight, full_matrices=False)
             projections.append(Projection(module, left[:, :min(rank, left.shape[1])].contiguous()))
     return projections
