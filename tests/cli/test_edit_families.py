@@ -17,7 +17,7 @@ FAST = ["--steps", "8", "--mom2-weight", "1", "--set", "cov_tokens=256", "--set"
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_memit_edits_every_family(cli, tiny_tokenizer, tmp_path, family):
-    from toolkit.models.adapters import ModelView
+    from toolkit.models.view import view_of
     from toolkit.models.source import load_model
 
     torch.manual_seed(0)
@@ -40,10 +40,10 @@ def test_memit_edits_every_family(cli, tiny_tokenizer, tmp_path, family):
 
     original, _ = load_model(str(source), "cpu", None)
     edited, tokenizer = load_model(str(out / "model"), "cpu", None)
-    view = ModelView(edited)
+    view = view_of(edited)
     before, after = original.state_dict(), edited.state_dict()
     changed = {name for name in after if not torch.equal(after[name], before[name])}
-    assert changed == {f"{view.linear_path(layer, view.adapter.mlp_down)}.weight" for layer in (0, 1)}
+    assert changed == {f"{view.full_name(layer, view.mlp_out(layer))}.weight" for layer in (0, 1)}
     ids = torch.tensor([tokenizer("The new name of object")["input_ids"]])
     with torch.no_grad():
         logits = edited(input_ids=ids).logits

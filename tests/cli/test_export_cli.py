@@ -150,7 +150,7 @@ def test_bad_packed_dir_is_one_line_exit_2(cli, w4_run, tmp_path, text_file, cas
 def test_packed_model_keeps_its_activation_and_kv_quantization(tiny_llama_dir, tmp_path, text_file, cli):
     from toolkit.compress.packed import load_packed
     from toolkit.export.quantized import quant_hooks
-    from toolkit.models.adapters import adapter_for
+    from toolkit.models.view import view_of
     from toolkit.models.source import load_model
 
     run = tmp_path / "run"
@@ -161,7 +161,7 @@ def test_packed_model_keeps_its_activation_and_kv_quantization(tiny_llama_dir, t
     assert tokenizer is not None and hasattr(model, "iclrkit_quant_hooks")
     plain, _ = load_packed(run / "packed", with_tokenizer=False)
     config = json.loads((run / "packed" / "quantization_config.json").read_text())
-    with quant_hooks(plain, adapter_for(plain), config):
+    with quant_hooks(view_of(plain), config):
         expected = _logits(plain)
     assert torch.allclose(_logits(model), expected, atol=1e-6)
     assert not torch.allclose(_logits(plain), expected, atol=1e-3)  # the hooks change the model

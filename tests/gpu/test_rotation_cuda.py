@@ -4,7 +4,7 @@ the online Hadamard hook running on the GPU in the activations' dtype."""
 import torch
 
 from toolkit.compress.rotation import rotate_model
-from toolkit.models.adapters import adapter_for
+from toolkit.models.view import view_of
 
 
 def _llama():
@@ -21,7 +21,7 @@ def test_rotate_model_on_cuda_keeps_logits():
     ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(1)).cuda()
     with torch.no_grad():
         before = model(ids).logits
-        rotate_model(model, adapter_for(model), seed=5)
+        rotate_model(view_of(model), seed=5)
         assert all(p.is_cuda for p in model.parameters())
         after = model(ids).logits
     assert (after - before).abs().max() < 1e-3
@@ -32,7 +32,7 @@ def test_rotated_bfloat16_model_runs_on_cuda():
     ids = torch.randint(0, 97, (1, 16), generator=torch.Generator().manual_seed(2)).cuda()
     with torch.no_grad():
         before = model(ids).logits.float()
-        rotate_model(model, adapter_for(model), seed=3)
+        rotate_model(view_of(model), seed=3)
         after = model(ids).logits.float()
     assert after.dtype == torch.float32 and torch.isfinite(after).all()
     assert (after - before).abs().max() < 0.25 * before.abs().max()

@@ -7,28 +7,27 @@ import torch.multiprocessing as mp
 from toolkit.linalg.hessian import HessianAccumulator
 
 
-def _on_block(adapter, record):
+def _on_block(record):
     from toolkit.compress.quant import fit_weight_scale
     from toolkit.compress.solvers import damp_hessian, gptq
-    from toolkit.models.adapters import linear_weight, set_linear_weight
     from toolkit.nn.distributed import shared_solves
 
     def on_block(step):
-        for group in adapter.sequential_groups():
-            modules = [step.block.get_submodule(p) for p in group]
-            acc, = step.input_hessians(modules[:1], adapter.conv1d)
+        for group in step.layout.groups:
+            tap, = step.group_hessians([group])
+            acc = tap.accumulators()[group.names[0]]
             acc.all_reduce()
-            record[f"{step.index}.{group[0]}"] = acc.H.clone()
-            record[f"{step.index}.{group[0]}.count"] = torch.tensor(acc.count)
+            record[f"{step.index}.{group.names[0]}"] = acc.H.clone()
+            record[f"{step.index}.{group.names[0]}.count"] = torch.tensor(acc.count)
 
-            def job(module):
-                W = linear_weight(module, adapter.conv1d).double()
+            def job(slot):
+                W = slot.weight(step.block).double()
                 return gptq(W, damp_hessian(acc.H), fit_weight_scale(W, 4, mse=False), 4).float()
 
-            weights = [linear_weight(m, adapter.conv1d) for m in modules]
-            solved = shared_solves([(lambda m=m: job(m), w.contiguous()) for m, w in zip(modules, weights)])
-            for module, new in zip(modules, solved):
-                set_linear_weight(module, new, adapter.conv1d)
+            weights = [slot.weight(step.block) for slot in group.slots]
+            solved = shared_solves([(lambda s=s: job(s), w.contiguous()) for s, w in zip(group.slots, weights)])
+            for slot, new in zip(group.slots, solved):
+                slot.set_weight(step.block, new)
     return on_block
 
 
@@ -40,7 +39,7 @@ def _calibrate(source, out, windows, record_path):
 
     lazy = LazyModel(source)
     record = {}
-    run_sequential_onloaded(lazy, windows, _on_block(lazy.adapter, record), out_dir=out)
+    run_sequential_onloaded(lazy, windows, _on_block(record), out_dir=out)
     save_file({k: v.contiguous() for k, v in record.items()}, str(record_path))
 
 

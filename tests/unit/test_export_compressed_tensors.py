@@ -11,7 +11,7 @@ from toolkit.compress.quant import fit_weight_scale, quantize_rows
 from toolkit.core.errors import BadInputError
 from toolkit.export.compressed_tensors import check_exportable, pack_int32, unpack_int32
 from toolkit.export.quantized import from_model
-from toolkit.models.adapters import adapter_for, get_layers, linear_weight, set_linear_weight
+from toolkit.models.view import view_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CT_REASON = "compressed-tensors is not installed (pip install compressed-tensors)"
@@ -56,13 +56,12 @@ def _tiny_llama(tie: bool):
     return LlamaForCausalLM(config).eval()
 
 
-def _fake_quant(model, adapter, group: int | None, sparsity: float = 0.5, bits: int = 4) -> dict:
+def _fake_quant(view, group: int | None, sparsity: float = 0.5, bits: int = 4) -> dict:
     """RTN with a magnitude mask: weights set to codes × scale in place; returns the scales per linear."""
     scales = {}
-    for i, layer in enumerate(get_layers(model, adapter)):
-        for path in adapter.block_linears():
-            module = layer.get_submodule(path)
-            W = linear_weight(module, adapter.conv1d)
+    for i, block in enumerate(view.blocks):
+        for slot in view.slots(i):
+            W = slot.weight(block)
             keep = W.abs() > W.abs().quantile(sparsity, dim=1, keepdim=True)
             if group is None:
                 scale = fit_weight_scale(W, bits)
@@ -72,8 +71,8 @@ def _fake_quant(model, adapter, group: int | None, sparsity: float = 0.5, bits: 
                 scale = fit_weight_scale((W * keep).reshape(-1, group), bits).reshape(rows, cols // group)
                 entry = scale.repeat_interleave(group, dim=1)
                 new = quantize_rows(W * keep, entry, bits)
-            set_linear_weight(module, new, adapter.conv1d)
-            scales[f"{adapter.layers[0]}.{i}.{path}"] = scale
+            slot.set_weight(block, new)
+            scales[view.full_name(i, slot)] = scale
     return scales
 
 
@@ -94,14 +93,14 @@ def test_reload_reproduces_in_memory_logits(tmp_path, rotate, group):
     from toolkit.export.compressed_tensors import save_compressed_tensors
 
     model = _tiny_llama(tie=not rotate)
-    adapter = adapter_for(model)
+    view = view_of(model)
     rotation = None
     if rotate:
         from toolkit.compress.rotation import rotate_model
 
-        rotation = rotate_model(model, adapter, seed=3)
-    scales = _fake_quant(model, adapter, group)
-    q = from_model(model, None, adapter, scales, 4, _metadata(rotation, group), {"source_model": "tiny"})
+        rotation = rotate_model(view, seed=3)
+    scales = _fake_quant(view, group)
+    q = from_model(view, None, scales, 4, _metadata(rotation, group), {"source_model": "tiny"})
     summary = save_compressed_tensors(q, tmp_path / "ct", {"command": "pytest"})
     config = json.loads((tmp_path / "ct" / "config.json").read_text())["quantization_config"]
     assert config["format"] == "pack-quantized" and config["quant_method"] == "compressed-tensors"
@@ -138,10 +137,9 @@ def test_packed_directory_converts_to_the_same_logits(tmp_path, tiny_tokenizer):
     from toolkit.export.quantized import from_packed
 
     model = _tiny_llama(tie=False)
-    adapter = adapter_for(model)
-    rotation = rotate_model(model, adapter, seed=0)
-    save_packed(model, tiny_tokenizer, tmp_path / "packed", adapter, _fake_quant(model, adapter, None), 4,
-                _metadata(rotation))
+    view = view_of(model)
+    rotation = rotate_model(view, seed=0)
+    save_packed(view, tiny_tokenizer, tmp_path / "packed", _fake_quant(view, None), 4, _metadata(rotation))
     packed_model, _ = load_packed(tmp_path / "packed", with_tokenizer=False)
     save_compressed_tensors(from_packed(tmp_path / "packed"), tmp_path / "ct")
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ct").eval()
@@ -152,10 +150,10 @@ def test_packed_directory_converts_to_the_same_logits(tmp_path, tiny_tokenizer):
 
 def test_w4a4_and_kv4_models_are_refused():
     model = _tiny_llama(tie=True)
-    adapter = adapter_for(model)
-    scales = _fake_quant(model, adapter, None)
+    view = view_of(model)
+    scales = _fake_quant(view, None)
     for a_bits, kv_bits in ((4, 16), (16, 4)):
-        q = from_model(model, None, adapter, scales, 4, _metadata(a_bits=a_bits, kv_bits=kv_bits))
+        q = from_model(view, None, scales, 4, _metadata(a_bits=a_bits, kv_bits=kv_bits))
         with pytest.raises(BadInputError, match="packed format"):
             check_exportable(q)
 
@@ -164,8 +162,8 @@ def test_gpt2_conv1d_is_not_supported_by_the_format():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=1, n_head=4)).eval()
-    adapter = adapter_for(model)
-    scales = _fake_quant(model, adapter, None, sparsity=0.0)
-    q = from_model(model, None, adapter, scales, 4, _metadata())
+    view = view_of(model)
+    scales = _fake_quant(view, None, sparsity=0.0)
+    q = from_model(view, None, scales, 4, _metadata())
     with pytest.raises(BadInputError, match="not supported by the compressed-tensors format"):
         check_exportable(q)

@@ -9,7 +9,7 @@ from toolkit.compress.quant import fit_weight_scale, quantize_rows
 from toolkit.core.errors import BadInputError
 from toolkit.export.gguf import check_exportable, permute_rows, q4_0_bytes, read_gguf_weights, save_gguf
 from toolkit.export.quantized import from_model
-from toolkit.models.adapters import adapter_for, get_layers
+from toolkit.models.view import view_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,16 +40,16 @@ def test_qk_permutation_is_what_the_transformers_gguf_loader_undoes():
     assert permute_rows(np.arange(4.0).reshape(4, 1), 1).ravel().tolist() == [0.0, 2.0, 1.0, 3.0]
 
 
-def _fake_quant(model, adapter) -> dict:
+def _fake_quant(view) -> dict:
     """Per-channel RTN with half of each row pruned by magnitude; weights set to codes × scale in place."""
     scales = {}
-    for i, layer in enumerate(get_layers(model, adapter)):
-        for path in adapter.block_linears():
-            module = layer.get_submodule(path)
-            W = module.weight.data
+    for i, block in enumerate(view.blocks):
+        for slot in view.slots(i):
+            W = slot.weight(block)
             keep = W.abs() > W.abs().quantile(0.5, dim=1, keepdim=True)
-            scales[f"model.layers.{i}.{path}"] = fit_weight_scale(W, 4)
-            module.weight.data = quantize_rows(W * keep, scales[f"model.layers.{i}.{path}"], 4)
+            name = view.full_name(i, slot)
+            scales[name] = fit_weight_scale(W, 4)
+            slot.set_weight(block, quantize_rows(W * keep, scales[name], 4))
     return scales
 
 
@@ -61,15 +61,15 @@ def _quantized_llama(tokenizer, rotate: bool):
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                          tie_word_embeddings=not rotate)
     model = LlamaForCausalLM(config).eval()
-    adapter = adapter_for(model)
+    view = view_of(model)
     rotation = None
     if rotate:
         from toolkit.compress.rotation import rotate_model
 
-        rotation = rotate_model(model, adapter, seed=1)
-    scales = _fake_quant(model, adapter)
+        rotation = rotate_model(view, seed=1)
+    scales = _fake_quant(view)
     metadata = {"method": "rtn", "w_bits": 4, "a_bits": 16, "kv_bits": 16, "sparsity": 0.5, "rotation": rotation}
-    return model, from_model(model, tokenizer, adapter, scales, 4, metadata, {"source_model": "tiny"})
+    return model, from_model(view, tokenizer, scales, 4, metadata, {"source_model": "tiny"})
 
 
 @pytest.mark.parametrize("rotate", [False, True])
@@ -121,7 +121,7 @@ def test_gguf_refuses_non_llama_models():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=1, n_head=4)).eval()
-    q = from_model(model, None, adapter_for(model), {}, 4, {"a_bits": 16, "kv_bits": 16})
-    assert len(get_layers(model)) == 1
+    q = from_model(view_of(model), None, {}, 4, {"a_bits": 16, "kv_bits": 16})
+    assert len(view_of(model)) == 1
     with pytest.raises(BadInputError, match="Llama-family"):
         check_exportable(q)

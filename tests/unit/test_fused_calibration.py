@@ -66,7 +66,7 @@ def test_fused_runs_one_forward_per_block(tiny_llama_dir, text_file, tmp_path, m
     from toolkit.compress.baselines import GptqConfig
     from toolkit.core.context import RunContext
     from toolkit.data.text import calibration_windows, load_text
-    from toolkit.models.adapters import adapter_for
+    from toolkit.models.view import view_of
 
     calls = {"always": 0, "never": 0}
     for mode in calls:
@@ -76,7 +76,7 @@ def test_fused_runs_one_forward_per_block(tiny_llama_dir, text_file, tmp_path, m
         config = GptqConfig(model=str(tiny_llama_dir), rotate=False, fused_calibration=mode, export="none")
         handles = [layer.register_forward_pre_hook(lambda *_, m=mode: calls.__setitem__(m, calls[m] + 1))
                    for layer in model.model.layers]
-        recipe._compress_all(model, adapter_for(model), windows, config, RunContext(out=None, quiet=True))
+        recipe._compress_all(view_of(model), windows, config, RunContext(out=None, quiet=True))
         for handle in handles:
             handle.remove()
     # block 0 first sees the 4 windows once as they are captured; then one batched forward per block (also the

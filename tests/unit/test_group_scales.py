@@ -12,7 +12,7 @@ from toolkit.compress.packed import load_packed, pack_linear, save_packed, unpac
 from toolkit.compress.quant import WeightGrid, codes_of, fit_grid, fit_weight_scale, quantize_rows
 from toolkit.compress.recipe import compress_linear
 from toolkit.core.errors import BadInputError
-from toolkit.models.adapters import adapter_for, get_layers, linear_weight, set_linear_weight
+from toolkit.models.view import view_of
 
 
 def _problem(rows=8, columns=80, seed=0):
@@ -91,25 +91,23 @@ def test_grouped_packed_model_reloads_the_in_memory_weights(request, tmp_path, f
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(fixture)).eval()
-    adapter = adapter_for(model)
+    view = view_of(model)
     scales, g_idx, generator = {}, {}, torch.Generator().manual_seed(3)
-    for i, layer in enumerate(get_layers(model, adapter)):
-        for path in adapter.block_linears():
-            module = layer.get_submodule(path)
-            W = linear_weight(module, adapter.conv1d)
+    for i, block in enumerate(view.blocks):
+        for slot in view.slots(i):
+            W = slot.weight(block)
             order = torch.randperm(W.shape[1], generator=generator) if ordered else None
             grid = fit_grid(W, 4, True, 16, order)
             keep = W.abs() >= W.abs().median(dim=1, keepdim=True).values
-            set_linear_weight(module, quantize_rows(W * keep, grid.per_column(W.shape[1]), 4), adapter.conv1d)
-            name = f"{adapter.layers[0]}.{i}.{path}"
+            slot.set_weight(block, quantize_rows(W * keep, grid.per_column(W.shape[1]), 4))
+            name = view.full_name(i, slot)
             scales[name] = grid.scales
             if ordered:
                 g_idx[name] = grid.g_idx
-    save_packed(model, None, tmp_path / "packed", adapter, scales, 4, {"group_size": 16}, g_idx=g_idx or None)
+    save_packed(view, None, tmp_path / "packed", scales, 4, {"group_size": 16}, g_idx=g_idx or None)
     loaded, _ = load_packed(tmp_path / "packed", with_tokenizer=False)
     for path in scales:
-        assert torch.equal(linear_weight(loaded.get_submodule(path), adapter.conv1d),
-                           linear_weight(model.get_submodule(path), adapter.conv1d))
+        assert torch.equal(view_of(loaded).weight(path), view.weight(path))
     if fixture == "tiny_llama_dir":  # the INT4 kernels take per-channel scales only: refused, not mis-read
         from toolkit.compress.packed_int4 import load_packed_int4
         from toolkit.core.errors import BadInputError

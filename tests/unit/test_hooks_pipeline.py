@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from toolkit.core.errors import BadInputError
-from toolkit.models.adapters import get_layers
 from toolkit.models.source import load_model
+from toolkit.models.view import view_of
 from toolkit.nn.hooks import capture, edit_output
 from toolkit.nn.pipeline import run_sequential
 
@@ -46,7 +46,7 @@ def test_edit_output_changes_the_forward(tiny_gpt2_dir):
 @pytest.mark.parametrize("fixture", ["tiny_gpt2_dir", "tiny_llama_dir"])
 def test_pipeline_propagation_equals_full_forward(fixture, request):
     model, _ = load_model(str(request.getfixturevalue(fixture)))
-    layers = get_layers(model)
+    layers = view_of(model).blocks
     windows = torch.randint(0, 100, (3, 16))
     last_inputs = []
 
@@ -55,20 +55,17 @@ def test_pipeline_propagation_equals_full_forward(fixture, request):
             last_inputs.extend(step.inputs)
 
     run_sequential(model, windows, on_block)
-    with capture(model, [f"{_layers_path(model)}.{len(layers) - 1}"], what="input") as seen, torch.no_grad():
+    with capture(model, [view_of(model).block_path(len(layers) - 1)], what="input") as seen, torch.no_grad():
         for window in windows:
             model(window[None])
     for ours, reference in zip(last_inputs, next(iter(seen.values()))):
         torch.testing.assert_close(ours, reference, rtol=0, atol=0)
 
 
-def _layers_path(model):
-    return "transformer.h" if hasattr(model, "transformer") else "model.layers"
-
-
 KILLED_RUN = textwrap.dedent("""
     import os, signal, sys, torch
     from toolkit.models.source import load_model
+from toolkit.models.view import view_of
     from toolkit.nn.pipeline import run_sequential
     model, _ = load_model(sys.argv[1])
     windows = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(0))

@@ -23,29 +23,24 @@ def run_bench():
 def packed_dir(tiny_llama_dir, tmp_path):
     """A 2:4 INT4 packed model written by toolkit.compress.packed from the tiny llama (RTN codes, per-row scales)."""
     from toolkit.compress.packed import save_packed
-    from toolkit.models.adapters import (
-        adapter_for,
-        get_layers,
-        linear_weight,
-        set_linear_weight,
-    )
     from toolkit.models.source import load_model
+    from toolkit.models.view import view_of
 
     model, tokenizer = load_model(str(tiny_llama_dir), "cpu", torch.float32)
-    adapter = adapter_for(model)
+    view = view_of(model)
     scales = {}
-    for i, layer in enumerate(get_layers(model, adapter)):
+    for i, layer in enumerate(view.blocks):
         for name, module in layer.named_modules():
             if isinstance(module, torch.nn.Linear):
-                weight = linear_weight(module, adapter.conv1d).float()
+                weight = module.weight.data.float()
                 groups = weight.reshape(weight.shape[0], -1, 4)
                 keep = groups.abs().argsort(-1)[..., 2:]
                 pruned = torch.zeros_like(groups).scatter(-1, keep, groups.gather(-1, keep)).reshape(weight.shape)
                 scale = pruned.abs().amax(1).clamp_min(1e-8) / 7
                 codes = torch.clamp(torch.round(pruned / scale[:, None]), -8, 7)
-                set_linear_weight(module, codes * scale[:, None], adapter.conv1d)
+                module.weight.data.copy_(codes * scale[:, None])
                 scales[f"model.layers.{i}.{name}"] = scale
-    save_packed(model, tokenizer, tmp_path / "run" / "packed", adapter, scales, 4, {})
+    save_packed(view, tokenizer, tmp_path / "run" / "packed", scales, 4, {})
     return tmp_path / "run"
 
 

@@ -23,15 +23,13 @@ def _config(kind):
                tie_word_embeddings=kind == "qwen2")
 
 
-def _probing_on_block(adapter, probe):
+def _probing_on_block(probe):
     """Calibrate each group, then solve with the accumulator, the damped copy and its Cholesky factor alive (as
     GPTQ does); the probe runs with them alive and inside the MLP, where the block's intermediates are."""
     from toolkit.compress.quant import fit_weight_scale
     from toolkit.compress.solvers import damp_hessian, gptq
-    from toolkit.models.adapters import linear_weight, set_linear_weight
-
     def on_block(step):
-        down = step.block.get_submodule(adapter.mlp_down)
+        down = step.block.get_submodule(step.layout.groups_of("mlp_out")[0].slots[0].module)
         seen = []
 
         def probe_inside(module, args):  # once per block: each probe walks every Python object
@@ -41,15 +39,14 @@ def _probing_on_block(adapter, probe):
 
         inside = down.register_forward_pre_hook(probe_inside)
         try:
-            for group in adapter.sequential_groups():
-                modules = [step.block.get_submodule(p) for p in group]
-                acc, = step.input_hessians(modules[:1], adapter.conv1d)
-                hessian = damp_hessian(acc.H)
+            for group in step.layout.groups:
+                tap, = step.group_hessians([group])
+                hessian = damp_hessian(tap.accumulators()[group.names[0]].H)
                 probe("solving")
-                for module in modules:
-                    W = linear_weight(module, adapter.conv1d).double()
+                for slot in group.slots:
+                    W = slot.weight(step.block).double()
                     new = gptq(W, hessian, fit_weight_scale(W, 4, mse=False), 4)
-                    set_linear_weight(module, new.float(), adapter.conv1d)
+                    slot.set_weight(step.block, new.float())
                 del hessian
         finally:
             inside.remove()
@@ -71,7 +68,7 @@ def test_plan_within_25_percent_of_measured_peak(kind, tmp_path):
     windows = torch.randint(0, 128, (nsamples, seqlen), generator=torch.Generator().manual_seed(0))
     lazy = LazyModel(tmp_path / "src")
     probe = PeakProbe()
-    run_sequential_onloaded(lazy, windows, _probing_on_block(lazy.adapter, probe), probe=probe)
+    run_sequential_onloaded(lazy, windows, _probing_on_block(probe), probe=probe)
     planned = plan["peak_bytes"]["cpu"]
     assert abs(planned - probe.peak) <= 0.25 * probe.peak, (planned, probe.peak, probe.where, plan["mb"])
     # the parts themselves: the checkpoint's size and the block count come from the config alone

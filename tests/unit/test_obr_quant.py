@@ -10,7 +10,7 @@ from toolkit.compress.quant import (
     kv_cache_quant,
     kv_quant_params,
 )
-from toolkit.models.adapters import adapter_for, get_layers
+from toolkit.models.view import view_of
 
 
 def _model():
@@ -24,10 +24,10 @@ def _model():
 
 def test_hooks_change_the_output_and_are_removed():
     model = _model()
-    adapter = adapter_for(model)
-    layer = get_layers(model, adapter)[0]
+    view = view_of(model)
+    layer = view.blocks[0]
     ids = torch.randint(0, 50, (1, 10), generator=torch.Generator().manual_seed(1))
-    paths = [f"model.layers.0.{p}" for p in adapter.block_linears()]
+    paths = view.quantized_inputs()
     seen = {}
     with torch.no_grad():
         base = model(ids).logits
@@ -91,7 +91,7 @@ def test_kv_cache_quant_uses_the_chosen_quantizer(mode):
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
 
     model = _model()
-    layer = get_layers(model, adapter_for(model))[0]
+    layer = view_of(model).blocks[0]
     seen = {}
 
     def spy(module, query, key, value, attention_mask, **kwargs):

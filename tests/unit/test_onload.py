@@ -34,23 +34,22 @@ def save_sharded(kind: str, path, dtype=torch.float32):
     return path
 
 
-def gptq_on_block(adapter, record=None):
+def gptq_on_block(record=None):
     """A calibrate → apply step as the compress recipe runs it: per sequential group one Hessian, GPTQ 4-bit."""
     from toolkit.compress.quant import fit_weight_scale
     from toolkit.compress.solvers import damp_hessian, gptq
-    from toolkit.models.adapters import linear_weight, set_linear_weight
 
     def on_block(step):
-        for group in adapter.sequential_groups():
-            modules = [step.block.get_submodule(p) for p in group]
-            acc, = step.input_hessians(modules[:1], adapter.conv1d)
+        for group in step.layout.groups:
+            tap, = step.group_hessians([group])
+            acc = tap.accumulators()[group.names[0]]
             acc.all_reduce()
             if record is not None:
-                record[f"{step.index}.{group[0]}"] = acc.H.clone()
-            for module in modules:
-                W = linear_weight(module, adapter.conv1d).double()
+                record[f"{step.index}.{group.names[0]}"] = acc.H.clone()
+            for slot in group.slots:
+                W = slot.weight(step.block).double()
                 scale = fit_weight_scale(W, 4, mse=False)
-                set_linear_weight(module, gptq(W, damp_hessian(acc.H), scale, 4).float(), adapter.conv1d)
+                slot.set_weight(step.block, gptq(W, damp_hessian(acc.H), scale, 4).float())
     return on_block
 
 
@@ -73,15 +72,12 @@ def test_onloaded_pipeline_equals_resident_bit_for_bit(kind, tmp_path):
     windows = _windows()
 
     resident = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval()
-    from toolkit.models.adapters import adapter_for
-
-    adapter = adapter_for(resident)
-    run_sequential(resident, windows, gptq_on_block(adapter))
+    run_sequential(resident, windows, gptq_on_block())
     expected = resident.state_dict()
 
     lazy = LazyModel(source)
     assert all(p.device.type == "meta" for p in lazy.layers.parameters())
-    summary = run_sequential_onloaded(lazy, windows, gptq_on_block(lazy.adapter), out_dir=tmp_path / "out",
+    summary = run_sequential_onloaded(lazy, windows, gptq_on_block(), out_dir=tmp_path / "out",
                                       max_shard_bytes=30_000)
     assert summary["blocks"] == 3 and len(summary["seconds_per_block"]) == 3
     assert all(p.device.type == "meta" for p in lazy.layers.parameters())  # every block freed again

@@ -13,12 +13,7 @@ from toolkit.compress.packed import (
     unpack_linear,
 )
 from toolkit.compress.quant import fit_weight_scale, quantize_rows
-from toolkit.models.adapters import (
-    adapter_for,
-    get_layers,
-    linear_weight,
-    set_linear_weight,
-)
+from toolkit.models.view import view_of
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])
@@ -40,16 +35,15 @@ def test_linear_round_trip_is_bit_exact(sparsity):
     assert stored < 0.3 * Q.numel() * 2  # vs FP16
 
 
-def _compress_in_place(model, adapter, bits=4):
+def _compress_in_place(view, bits=4):
     scales = {}
-    for i, layer in enumerate(get_layers(model, adapter)):
-        for path in adapter.block_linears():
-            module = layer.get_submodule(path)
-            W = linear_weight(module, adapter.conv1d)
+    for i, block in enumerate(view.blocks):
+        for slot in view.slots(i):
+            W = slot.weight(block)
             scale = fit_weight_scale(W, bits)
             keep = W.abs() >= W.abs().median(dim=1, keepdim=True).values
-            set_linear_weight(module, quantize_rows(W * keep, scale, bits), adapter.conv1d)
-            scales[f"{adapter.layers[0]}.{i}.{path}"] = scale
+            slot.set_weight(block, quantize_rows(W * keep, scale, bits))
+            scales[view.full_name(i, slot)] = scale
     return scales
 
 
@@ -58,14 +52,14 @@ def test_packed_model_reloads_bit_exact(request, tmp_path, fixture, rotate):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(fixture)).eval()
-    adapter = adapter_for(model)
+    view = view_of(model)
     rotation = None
     if rotate:
         from toolkit.compress.rotation import rotate_model
 
-        rotation = rotate_model(model, adapter, seed=1)
-    scales = _compress_in_place(model, adapter)
-    sizes = save_packed(model, None, tmp_path / "packed", adapter, scales, 4, {"rotation": rotation})
+        rotation = rotate_model(view, seed=1)
+    scales = _compress_in_place(view)
+    sizes = save_packed(view, None, tmp_path / "packed", scales, 4, {"rotation": rotation})
     assert sizes["packed_linear_ratio_vs_fp16"] < 0.3  # tiny layers: per-row scales weigh in
     loaded, _ = load_packed(tmp_path / "packed", with_tokenizer=False)
     for path in scales:
@@ -100,13 +94,13 @@ def test_grouped_vocab_matrices_reload_exactly_and_shrink_the_file(request, tmp_
     from toolkit.compress.packed import round_vocab_matrices, vocab_matrix_names
 
     model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(fixture)).eval()
-    adapter = adapter_for(model)
-    scales = _compress_in_place(model, adapter)
-    wide = save_packed(model, None, tmp_path / "fp16", adapter, scales, 4, {})
-    grids = round_vocab_matrices(model, adapter, bits, 32)
-    narrow = save_packed(model, None, tmp_path / "narrow", adapter, scales, 4, {}, bits, 32, grids)
+    view = view_of(model)
+    scales = _compress_in_place(view)
+    wide = save_packed(view, None, tmp_path / "fp16", scales, 4, {})
+    grids = round_vocab_matrices(view, bits, 32)
+    narrow = save_packed(view, None, tmp_path / "narrow", scales, 4, {}, bits, 32, grids)
     assert narrow["packed_mb"] < wide["packed_mb"]
     loaded, _ = load_packed(tmp_path / "narrow", with_tokenizer=False)
     loaded_params, params = dict(loaded.named_parameters()), dict(model.named_parameters())
-    for name in vocab_matrix_names(model, adapter):
+    for name in vocab_matrix_names(view):
         assert torch.equal(loaded_params[name], params[name])

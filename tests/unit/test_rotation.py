@@ -10,7 +10,7 @@ from toolkit.compress.rotation import (
     split_power_of_two,
 )
 from toolkit.core.errors import BadInputError
-from toolkit.models.adapters import adapter_for
+from toolkit.models.view import view_of
 
 
 @pytest.mark.parametrize("n", [8, 12, 48, 576])
@@ -44,12 +44,12 @@ def test_rotated_model_gives_the_same_logits(hidden, intermediate, tie):
     ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         before = model(ids).logits
-        rotate_model(model, adapter_for(model), seed=5)
+        rotate_model(view_of(model), seed=5)
         after = model(ids).logits
         assert (after - before).abs().max() < 1e-4
         assert not torch.allclose(model.model.layers[0].mlp.up_proj.weight, _llama(hidden, intermediate, tie)
                                   .model.layers[0].mlp.up_proj.weight)
-        fold_online_rotations(model, adapter_for(model))
+        fold_online_rotations(view_of(model))
         assert (model(ids).logits - before).abs().max() < 1e-4
 
 
@@ -57,8 +57,8 @@ def test_layernorm_models_refuse_rotation(tiny_gpt2_dir):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir)
-    with pytest.raises(BadInputError, match="RMSNorm"):
-        rotate_model(model, adapter_for(model))
+    with pytest.raises(BadInputError, match="LayerNorm"):
+        rotate_model(view_of(model))
 
 
 def test_rotation_builds_on_the_weights_device():
@@ -66,7 +66,7 @@ def test_rotation_builds_on_the_weights_device():
     factor meeting a meta weight would raise (as a CPU Q against CUDA weights did)."""
     with torch.device("meta"):
         model = _llama(64, 96, tie=False)
-    rotate_model(model, adapter_for(model), seed=5)
+    rotate_model(view_of(model), seed=5)
     assert all(p.device.type == "meta" for p in model.parameters())
     down = model.model.layers[0].mlp.down_proj
     x = torch.empty(2, 3, 96, device="meta", dtype=torch.bfloat16)
@@ -75,7 +75,7 @@ def test_rotation_builds_on_the_weights_device():
     with torch.no_grad():
         logits = model(torch.zeros(1, 4, dtype=torch.long, device="meta")).logits
     assert logits.device.type == "meta" and logits.shape == (1, 4, 97)
-    fold_online_rotations(model, adapter_for(model))
+    fold_online_rotations(view_of(model))
     assert down.weight.device.type == "meta"
 
 
@@ -114,10 +114,9 @@ def test_exact_hadamard_rotation_on_a_12x2k_llama_keeps_logits(heads, o_kind, on
 
     model = _llama_heads(96, 384, heads, heads // 2)
     ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(1))
-    adapter = adapter_for(model)
     with torch.no_grad():
         before = model(ids).logits
-        record = rotate_model(model, adapter, seed=5, online_o_proj=online_o_proj)
+        record = rotate_model(view_of(model), seed=5, online_o_proj=online_o_proj)
         after = model(ids).logits
         assert (after - before).abs().max() < 1e-4
         expected = {"residual": "exact", "head": "exact", "down_proj": "exact"}
@@ -130,7 +129,7 @@ def test_exact_hadamard_rotation_on_a_12x2k_llama_keeps_logits(heads, o_kind, on
         x = torch.randn(3, 384, dtype=torch.float64)
         torch.testing.assert_close(down.apply(x), x @ exact_hadamard(384) / 384 ** 0.5, rtol=0, atol=1e-10)
         assert hasattr(layer.self_attn.o_proj, "iclrkit_online_rotation") == online_o_proj
-        fold_online_rotations(model, adapter)
+        fold_online_rotations(view_of(model))
         assert not hasattr(layer.self_attn.o_proj, "iclrkit_online_rotation")
         assert not layer.self_attn.o_proj._forward_pre_hooks and not layer.mlp.down_proj._forward_pre_hooks
         assert (model(ids).logits - before).abs().max() < 1e-4
@@ -142,7 +141,7 @@ def test_online_rotations_rebuild_from_the_record():
     from toolkit.compress.rotation import online_rotations
 
     model = _llama_heads(96, 384, 12, 4)
-    record = rotate_model(model, adapter_for(model), seed=2, online_o_proj=True)
+    record = rotate_model(view_of(model), seed=2, online_o_proj=True)
     down, cross = online_rotations(record)
     layer = model.model.layers[1]
     assert torch.equal(down.matrix(), layer.mlp.down_proj.iclrkit_online_rotation.matrix())
@@ -164,7 +163,7 @@ def test_rotation_kind_is_applied_recorded_and_function_preserving(kind):
     ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         before = model(ids).logits
-        record = rotate_model(model, adapter_for(model), seed=4, kind=kind)
+        record = rotate_model(view_of(model), seed=4, kind=kind)
         assert (model(ids).logits - before).abs().max() < 1e-4
     expected = "kron-orthogonal" if kind == "kron-orthogonal" else "exact"
     assert set(record["hadamard"].values()) == {expected}
@@ -195,7 +194,7 @@ def test_factored_rotation_equals_the_dense_product():
     gamma = layer.input_layernorm.weight.detach().double().clone()
     v0 = layer.self_attn.v_proj.weight.detach().double().clone()
     down0 = layer.mlp.down_proj.weight.detach().double().clone()
-    record = rotate_model(model, adapter_for(model), seed=6)
+    record = rotate_model(view_of(model), seed=6)
     Q = OrthogonalRotation(96, 6).matrix()
     head_dim = 96 // model.config.num_attention_heads
     Qh = OrthogonalRotation(head_dim, 7).matrix()

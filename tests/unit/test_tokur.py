@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from toolkit.models.adapters import adapter_for, linear_weight, set_linear_weight
 from toolkit.uq import tokur
 from toolkit.uq.run import selection_rows
 
@@ -66,11 +65,11 @@ def test_hook_equals_dense_perturbed_weights(which, request):
     with tokur.perturbed(projections, noises):
         hooked = tokur.response_log_probs(model, PROMPT, RESPONSE)
     dense = copy.deepcopy(model)
-    conv1d = adapter_for(model).conv1d
     dense_projections = tokur.attention_projections(dense, rank=3)
-    for p, noise in zip(dense_projections, noises):
-        weight = linear_weight(p.module, conv1d)
-        set_linear_weight(p.module, weight + p.basis @ noise, conv1d)
+    for p, noise in zip(dense_projections, noises):  # (out, in) weights: Conv1D stores them transposed
+        conv1d = type(p.module).__name__ == "Conv1D"
+        weight = p.module.weight.data.t() if conv1d else p.module.weight.data
+        weight.copy_(weight + p.basis @ noise)
     assert torch.allclose(hooked, tokur.response_log_probs(dense, PROMPT, RESPONSE), atol=1e-5)
     assert not torch.allclose(hooked, tokur.response_log_probs(model, PROMPT, RESPONSE), atol=1e-5)
 
