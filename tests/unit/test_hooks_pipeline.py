@@ -65,7 +65,6 @@ def test_pipeline_propagation_equals_full_forward(fixture, request):
 KILLED_RUN = textwrap.dedent("""
     import os, signal, sys, torch
     from toolkit.models.source import load_model
-from toolkit.models.view import view_of
     from toolkit.nn.pipeline import run_sequential
     model, _ = load_model(sys.argv[1])
     windows = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(0))

@@ -280,14 +280,14 @@ def discover_layout(block: nn.Module, args: tuple, kwargs: dict, hidden: torch.T
         def hook(module, args, kwargs):
             x = _first_tensor(args, kwargs)
             if x is not None and not any(p == path for p, _ in calls):
-                calls.append((path, x.detach()))
+                calls.append((path, x))  # the object itself: identity is the test on meta tensors
         return hook
 
     def norm_hook(path):
         def hook(module, args, output):
             out = output[0] if isinstance(output, tuple) else output
             if torch.is_tensor(out):
-                norm_outputs.append((path, out.detach()))
+                norm_outputs.append((path, out))
         return hook
 
     for path in by_module:
@@ -398,11 +398,14 @@ def capture_block_call(model: nn.Module, blocks: nn.ModuleList, index: int, ids:
                               if k != "hidden_states"}
         raise StopForward
 
-    device = next((p.device for p in blocks[index].parameters() if p.device.type != "meta"), torch.device("cpu"))
+    device = next(blocks[index].parameters()).device
     handle = blocks[index].register_forward_pre_hook(catcher, with_kwargs=True)
     try:
         with torch.no_grad():
-            model(ids.to(device), use_cache=False)
+            if device.type == "meta":  # transformers' packed-sequence check reads a value without a cache
+                model(ids.to(device))
+            else:
+                model(ids.to(device), use_cache=False)
     except StopForward:
         pass
     finally:
