@@ -1,4 +1,4 @@
-"""Helpers the tests share (beside tiny_models.py): importable as `from testkit import ...`, as tests/ is on
+"""Helpers the tests share (tiny models of every architecture: toolkit.models.tiny): importable as `from testkit import ...`, as tests/ is on
 sys.path under pytest (tests/conftest.py)."""
 
 from __future__ import annotations

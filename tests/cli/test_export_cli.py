@@ -150,8 +150,8 @@ def test_bad_packed_dir_is_one_line_exit_2(cli, w4_run, tmp_path, text_file, cas
 def test_packed_model_keeps_its_activation_and_kv_quantization(tiny_llama_dir, tmp_path, text_file, cli):
     from toolkit.compress.packed import load_packed
     from toolkit.export.quantized import quant_hooks
-    from toolkit.models.view import view_of
     from toolkit.models.source import load_model
+    from toolkit.models.view import view_of
 
     run = tmp_path / "run"
     r = cli(["compress", "rtn", "--model", tiny_llama_dir, "--data", text_file, "--a-bits", "4", "--kv-bits", "4",

@@ -123,5 +123,5 @@ def test_gguf_refuses_non_llama_models():
     model = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=1, n_head=4)).eval()
     q = from_model(view_of(model), None, {}, 4, {"a_bits": 16, "kv_bits": 16})
     assert len(view_of(model)) == 1
-    with pytest.raises(BadInputError, match="Llama-family"):
+    with pytest.raises(BadInputError, match="supports llama, mistral, not gpt2"):
         check_exportable(q)

@@ -19,12 +19,12 @@ def _probe(lazy, seen):
 
 
 def sharded(family: str, path, tokenizer, layers: int = 3):
-    """A tiny random `family` decoder (tests/tiny_models.py) with the tokenizer's vocabulary, saved in several
+    """A tiny random `family` decoder (toolkit.models.tiny) with the tokenizer's vocabulary, saved in several
     safetensors shards with its tokenizer."""
-    from tiny_models import build_family
+    from toolkit.models.tiny import build_tiny
 
     torch.manual_seed(0)
-    build_family(family, len(tokenizer), layers=layers).save_pretrained(path, max_shard_size="20KB")
+    build_tiny(family, len(tokenizer), layers=layers).save_pretrained(path, max_shard_size="40KB")
     tokenizer.save_pretrained(path)
     assert (path / INDEX).is_file()
     return path

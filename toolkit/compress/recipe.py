@@ -89,6 +89,10 @@ def _calibration(config, tokenizer, model, seed, ctx=None):
         ctx.warn(f"--seqlen {config.seqlen} clamped to {seqlen}, the model's context length")
     if config.data is None and ctx is not None:
         ctx.warn("no --data given: calibrating on the embedded sample text (Python's documentation); pass --data")
+    if ctx is not None:
+        from toolkit.models.tokens import bos_id
+
+        ctx.metrics["bos"] = bos_id(tokenizer) is not None  # calibration (and eval) windows start with BOS
     return calibration_windows(tokenizer, load_text(config.data), config.nsamples, seqlen, seed)
 
 
@@ -145,6 +149,7 @@ def run_compress(config: CompressConfig, ctx) -> dict:
 
         return run_compress_onloaded(resolve_defaults(config, False, ctx), ctx, _calibration, _compress_all)
 
+    _check_export_before_loading(config)
     # the model (and its forwards) in --dtype; Hessians and solves in solve_dtype; weights written back in --dtype
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     view = view_of(model)  # resolved once; every step below asks it
@@ -180,6 +185,23 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     return ctx.metrics
 
 
+def _check_export_before_loading(config) -> None:
+    """An export the architecture cannot have is refused from config.json, before the model loads (a GGUF request on
+    a model this writer does not lay out used to fail after the whole run)."""
+    if config.export != "gguf":
+        return
+    from transformers import AutoConfig
+
+    from toolkit.export.gguf import check_architecture
+    from toolkit.models.source import resolve_model_path
+
+    try:
+        model_type = AutoConfig.from_pretrained(str(resolve_model_path(config.model))).model_type
+    except (OSError, ValueError):
+        return  # the loader says what is wrong with the model itself
+    check_architecture(model_type)
+
+
 def _evaluate(view, tokenizer, config, ctx, rotate: bool) -> None:
     """Perplexity of the compressed model with its activations and KV cache fake-quantized as configured."""
     from toolkit.compress.quant import activation_quant, kv_cache_quant
@@ -187,12 +209,15 @@ def _evaluate(view, tokenizer, config, ctx, rotate: bool) -> None:
     from toolkit.eval.perplexity import perplexity
 
     model = view.model
+    from toolkit.models.tokens import bos_id
+
     ids = tokenize(tokenizer, load_text(config.eval_data))
     attention = [view.attention(i) for i in range(len(view))]
     with activation_quant(model, view.quantized_inputs(), config.a_bits, config.a_clip_ratio), \
             kv_cache_quant(model, attention, config.kv_bits, config.kv_bits, hadamard=rotate, mode=config.kv_quant):
         result = perplexity(model, ids, max_length=min(config.eval_max_length, _context(model, 2048)),
-                            device=ctx.device, max_windows=config.eval_windows, progress=ctx.progress)
+                            device=ctx.device, max_windows=config.eval_windows, progress=ctx.progress,
+                            bos=bos_id(tokenizer))
     ctx.metrics.update({"ppl": result["ppl"], "eval_tokens": result["tokens"],
                         "eval_simulated": "fake-quant activations/KV on CPU" if config.a_bits < 16
                         or config.kv_bits < 16 else "weights only"})

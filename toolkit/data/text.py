@@ -132,10 +132,25 @@ def tokenize(tokenizer, text: str):
 
 
 def calibration_windows(tokenizer, text: str, n: int, seqlen: int, seed: int = 0):
-    """n random windows of seqlen tokens, shape (n, seqlen); deterministic in the seed."""
+    """n random windows of seqlen tokens, shape (n, seqlen); deterministic in the seed. Where the tokenizer adds a
+    BOS token (`toolkit.models.tokens.bos_id`), each window is BOS + seqlen - 1 tokens of text: the statistics are
+    gathered on inputs as the model sees them."""
     import torch
 
+    from toolkit.models.tokens import bos_id
+
+    bos = bos_id(tokenizer)
     ids = tokenize(tokenizer, text)
+    if bos is not None and seqlen > 1:
+        windows = calibration_windows_of(ids, n, seqlen - 1, seed)
+        return torch.cat([torch.full((windows.shape[0], 1), bos, dtype=windows.dtype), windows], dim=1)
+    return calibration_windows_of(ids, n, seqlen, seed)
+
+
+def calibration_windows_of(ids, n: int, seqlen: int, seed: int = 0):
+    """n random windows of seqlen of the token ids, shape (n, seqlen); deterministic in the seed."""
+    import torch
+
     if ids.numel() <= seqlen:
         raise BadInputError(f"calibration text has {ids.numel()} tokens, shorter than one window of {seqlen}",
                             "give more text or lower --seqlen")

@@ -16,19 +16,19 @@ from toolkit.core.errors import BadInputError
 @torch.no_grad()
 def perplexity_onloaded(lazy, ids: torch.Tensor, max_length: int = 512, stride: int | None = None,
                         device: str = "cpu", max_windows: int | None = None, progress=None,
-                        probe=None) -> dict:
-    """{ppl, nll, tokens, blocks} of a `toolkit.models.lazy.LazyModel`, block by block."""
-    from toolkit.eval.perplexity import summarize, window_nll, window_plan
+                        probe=None, bos: int | None = None) -> dict:
+    """{ppl, nll, tokens, blocks} of a `toolkit.models.lazy.LazyModel`, block by block (`bos` as `perplexity`)."""
+    from toolkit.eval.perplexity import summarize, window_nll, window_plan, with_bos
     from toolkit.nn.onload_stats import BlockStream
 
-    plan = window_plan(ids, max_length, stride, max_windows)
+    plan = window_plan(ids, max_length, stride, max_windows, bos is not None)
     norm, head = _final_parts(lazy)
     stream = BlockStream(lazy, device, probe)
     # windows share a length but for the last one: one capture (hidden states, block args/kwargs) per length
     positions: dict[int, list[int]] = {}
     for position, (begin, end, _) in enumerate(plan):
         positions.setdefault(end - begin, []).append(position)
-    groups = [stream.windows(torch.stack([ids[plan[i][0]:plan[i][1]] for i in members]))
+    groups = [stream.windows(torch.stack([with_bos(ids[plan[i][0]:plan[i][1]], bos) for i in members]))
               for members in positions.values()]
     stream.run(groups, progress=progress)
     hidden = {}
@@ -37,7 +37,7 @@ def perplexity_onloaded(lazy, ids: torch.Tensor, max_length: int = 512, stride: 
     total_nll, total_tokens = 0.0, 0
     for position, (begin, end, score_from) in enumerate(plan):
         logits = _logits(lazy, norm, head, hidden.pop(position).to(device))
-        nll, tokens = window_nll(logits, ids[begin:end].to(device), score_from)
+        nll, tokens = window_nll(logits, with_bos(ids[begin:end], bos).to(device), score_from)
         total_nll += nll
         total_tokens += tokens
     return {**summarize(total_nll, total_tokens), "blocks": len(lazy.layers)}

@@ -8,6 +8,7 @@ from toolkit.eval.config import PerplexityConfig
 def run_perplexity(config: PerplexityConfig, ctx) -> dict:
     from toolkit.data.text import load_text, split_text, tokenize
     from toolkit.eval.perplexity import perplexity
+    from toolkit.models.tokens import bos_id
 
     if config.data is None:  # scoring the embedded text is a default the user did not choose: say so
         ctx.warn("no --data given: scoring the embedded sample text (Python's documentation); pass --data FILE")
@@ -16,6 +17,7 @@ def run_perplexity(config: PerplexityConfig, ctx) -> dict:
     if config.split:
         text = split_text(text, test_fraction=0.05, seed=0)[config.split == "test"]
     ids = tokenize(tokenizer, text)
+    bos = bos_id(tokenizer)  # the tokenizer's convention: windows start with BOS where it adds one
     max_length = min(config.max_length, _context(model.config, config.max_length))
     if max_length < config.max_length:  # a silent clamp otherwise: say it, and run.json records it under warnings
         ctx.warn(f"--max-length {config.max_length} clamped to {max_length}, the model's context length")
@@ -23,12 +25,13 @@ def run_perplexity(config: PerplexityConfig, ctx) -> dict:
         from toolkit.eval.onloaded import perplexity_onloaded
 
         result = perplexity_onloaded(lazy, ids, max_length=max_length, stride=config.stride, device=ctx.device,
-                                     max_windows=config.max_windows, progress=ctx.progress)
+                                     max_windows=config.max_windows, progress=ctx.progress, bos=bos)
         result["onload"] = True
     else:
         result = perplexity(model, ids, max_length=max_length, stride=config.stride, device=ctx.device,
-                            max_windows=config.max_windows, progress=ctx.progress)
+                            max_windows=config.max_windows, progress=ctx.progress, bos=bos)
     ctx.inputs["model"] = config.model
+    result["bos"] = bos is not None
     ctx.metrics.update(result)
     return result
 

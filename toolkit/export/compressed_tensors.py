@@ -37,6 +37,9 @@ def check_exportable(q: QuantizedModel) -> None:
     if any(slot.kind == "conv1d" for slot in q.view.slots(0)):
         raise BadInputError(f"{q.view.model_type} stores its linears as Conv1D: not supported by the "
                             "compressed-tensors format (it targets nn.Linear)", "use the packed export for GPT-2")
+    if any(slot.kind == "expert" for slot in q.view.slots(0)):
+        raise BadInputError(f"{q.view.model_type}: compressed-tensors export of fused MoE experts is not written yet",
+                            "use the packed or dense export")
     a_bits, kv_bits = int(q.metadata.get("a_bits", 16)), int(q.metadata.get("kv_bits", 16))
     if a_bits < 16 or kv_bits < 16:
         raise BadInputError(f"compressed-tensors export is weight-only (W{q.bits}A16); this model quantizes "

@@ -31,11 +31,24 @@ ROUNDING = ("Q4_0 mapping: every 32-column block of a row gets d = fp16(row scal
             "unchanged; each weight moves by at most 2^-11 of its value and pruned weights stay exactly 0.")
 
 
+SUPPORTED = ("llama", "mistral")  # the architectures this writer lays out as llama.cpp expects
+
+
+def check_architecture(model_type: str | None) -> None:
+    """Refuse, before anything is loaded, an architecture this GGUF writer does not lay out (its name in llama.cpp,
+    where llama.cpp has one, is in toolkit.models.archs)."""
+    if model_type not in SUPPORTED:
+        from toolkit.models.archs import traits
+
+        served = traits(model_type).gguf_arch
+        where = (f"llama.cpp serves it as '{served}', but this writer lays out only {', '.join(SUPPORTED)}"
+                 if served else "llama.cpp has no loader for it")
+        raise BadInputError(f"--export gguf supports {', '.join(SUPPORTED)}, not {model_type} ({where})",
+                            "use the packed or compressed-tensors export")
+
+
 def check_exportable(q: QuantizedModel) -> None:
-    model_type = q.model.config.model_type
-    if model_type not in ("llama", "mistral"):
-        raise BadInputError(f"--export gguf supports Llama-family models (llama, mistral), not {model_type}",
-                            "use the packed export")
+    check_architecture(q.model.config.model_type)
     if q.bits != 4:
         raise BadInputError(f"GGUF Q4_0 holds 4-bit weights; this model has {q.bits}-bit weights")
     a_bits, kv_bits = int(q.metadata.get("a_bits", 16)), int(q.metadata.get("kv_bits", 16))
