@@ -196,7 +196,8 @@ def _compress(b: Bench, method: str, *extra) -> tuple[Cell | None, dict]:
 
 
 def _grid_cell(b: Bench, method: str, *extra, sparsity: float | None = None) -> Cell:
-    refused, result = _compress(b, method, "--w-bits", "4", "--no-rotate", *extra)
+    refused, result = _compress(b, method, "--w-bits", "4", "--a-bits", "16", "--kv-bits", "16", "--no-rotate",
+                                *extra)
     if refused is not None:
         return refused
     metrics = result["metrics"]
@@ -363,7 +364,12 @@ def judge(arch: str, cell_name: str, cell: Cell) -> Cell:
 
 def run_cell(arch: str, cell_name: str, root: Path, tokenizer) -> Cell:
     started = time.perf_counter()
-    cell = RUNNERS[cell_name](Bench(arch, root / arch, tokenizer))
+    try:
+        cell = RUNNERS[cell_name](Bench(arch, root / arch, tokenizer))
+    except Exception as exc:  # noqa: BLE001 - a crash is a failed cell, reported with where it happened
+        import traceback
+
+        cell = Cell("fail", f"{type(exc).__name__}: {exc} @ {traceback.format_exc().splitlines()[-3].strip()}")
     cell.seconds = round(time.perf_counter() - started, 2)
     return judge(arch, cell_name, cell)
 

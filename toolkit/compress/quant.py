@@ -208,7 +208,6 @@ _KV_ATTENTION = "iclrkit_kvquant"
 def _kv_quant_attention(module, query, key, value, attention_mask, **kwargs):
     """Attention with fake-quantized K (after RoPE) and V; with a rotated model Q and K are first multiplied by an
     orthonormal Hadamard over the head dimension (QuaRot), which leaves QKᵀ unchanged but spreads outliers."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     settings = module.iclrkit_kv
     if settings["hadamard"]:
@@ -217,7 +216,23 @@ def _kv_quant_attention(module, query, key, value, attention_mask, **kwargs):
         query, key = fwht(query.contiguous()), fwht(key.contiguous())
     key = fake_quant_kv(key, settings["k_bits"], settings["mode"])
     value = fake_quant_kv(value, settings["v_bits"], settings["mode"])
-    return ALL_ATTENTION_FUNCTIONS[settings["inner"]](module, query, key, value, attention_mask, **kwargs)
+    return _inner_attention(module, settings["inner"])(module, query, key, value, attention_mask, **kwargs)
+
+
+def _inner_attention(module, name: str):
+    """The attention function the model would have run: a registered implementation, or for "eager" the modeling
+    file's own `eager_attention_forward` (Gemma 2 soft-caps its scores there; eager is not in the registry)."""
+    import sys
+
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if name == "eager":
+        eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+        if eager is None:
+            raise BadInputError(f"{type(module).__name__} runs eager attention without an eager_attention_forward "
+                                "function: KV quantization cannot wrap it")
+        return eager
+    return ALL_ATTENTION_FUNCTIONS[name]
 
 
 @contextlib.contextmanager

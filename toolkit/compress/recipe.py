@@ -154,6 +154,7 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
     view = view_of(model)  # resolved once; every step below asks it
     ctx.inputs["model"] = config.model
+    _check_activation_bits(config, view)
     rotate = _resolve_rotate(config, view, ctx)
     config = resolve_defaults(config, rotate, ctx)
     windows = _calibration(config, tokenizer, model, ctx.seed, ctx)
@@ -183,6 +184,14 @@ def run_compress(config: CompressConfig, ctx) -> dict:
         _evaluate(view, tokenizer, config, ctx, rotate)
     export_outputs(view, tokenizer, config, ctx, scales, rotation, vocab_grids, g_idx)
     return ctx.metrics
+
+
+def _check_activation_bits(config, view) -> None:
+    if config.a_bits < 16 and view.layout(0).experts is not None:
+        from toolkit.core.errors import BadInputError
+
+        raise BadInputError(f"--a-bits {config.a_bits}: {view.model_type}'s fused experts compute their inputs inside "
+                            "one forward, where activations cannot be fake-quantized", "keep --a-bits 16 on MoE models")
 
 
 def _check_export_before_loading(config) -> None:
@@ -237,7 +246,7 @@ class _Compressor:
         self.scales: dict = {}
         self.counts = {"kept": 0, "total": 0}
         self.fused = config.fused_calibration_fits(windows.shape[0], windows.shape[1], block_dims(view))
-        self.all_tokens = getattr(config, "moe_calibration", "routed") == "all"
+        self.all_tokens = config.moe_calibration == "all"
 
     def mode(self) -> str:
         return "fused" if self.fused else "per-group" if self.config.true_sequential else "one-pass"
@@ -246,7 +255,7 @@ class _Compressor:
         from safetensors.torch import save_file
 
         block_scales: dict = {}
-        groups = step.layout.groups
+        groups = self.groups(step.layout)
         if self.fused:  # each group compressed as its input arrives in one batched forward, which also propagates
             step.calibrate_in_one_forward(
                 groups, lambda index, tap: self.compress_group(step, groups[index], tap, block_scales), self.dtype,
@@ -262,19 +271,32 @@ class _Compressor:
         if checkpoints is not None and block_scales:
             save_file(block_scales, str(checkpoints / f"scales_{step.index}.safetensors"))
 
+    def groups(self, layout) -> list:
+        """The layout's groups, with each router as a group of its own just before the experts when
+        quantize_routers is set (routers read the MLP's input, as the experts do)."""
+        if not (self.config.quantize_routers and layout.routers):
+            return layout.groups
+        from toolkit.models.view import Group
+
+        routers = [Group([router], router.module, "router") for router in layout.routers]
+        at = next((i for i, g in enumerate(layout.groups) if g.experts), len(layout.groups))
+        return layout.groups[:at] + routers + layout.groups[at:]
+
     def compress_group(self, step, group, tap, block_scales) -> None:
         import torch
 
         accumulators = tap.accumulators()
         for accumulator in {id(a): a for a in accumulators.values()}.values():
             accumulator.all_reduce()  # H over every rank's windows under torch.distributed; a no-op in one process
+        rtn = set()
         if group.experts:
-            record_expert_tokens(self.ctx, self.view.full_name(step.index, group.slots[0].module), tap.tokens,
-                                 getattr(self.config, "moe_min_tokens", 0))
+            accumulators, rtn = self.starved_experts(step, group, tap, accumulators)
         batches = [group.slots] if not group.experts else [[slot] for slot in group.slots]
         for slots in batches:
             weights = [slot.weight(step.block) for slot in slots]
-            solved = _solve_group(weights, accumulators[slots[0].name].H, self.config, self.dtype)
+            config = self.config if slots[0].name not in rtn else self.rtn_config
+            hessian = accumulators[slots[0].name].H if slots[0].name not in rtn else None
+            solved = _solve_group(weights, hessian, config, self.dtype)
             for slot, weight, (new, grid) in zip(slots, weights, solved):
                 slot.set_weight(step.block, new.to(weight.dtype))
                 if grid is not None:
@@ -283,8 +305,34 @@ class _Compressor:
                     if grid.g_idx is not None:
                         block_scales[f"{name}{G_IDX}"] = grid.g_idx.to(torch.int32).contiguous()
 
+    @property
+    def rtn_config(self):
+        from toolkit.compress.config import RtnConfig
+
+        shared = {k: v for k, v in self.config.model_dump().items() if k in RtnConfig.model_fields}
+        return RtnConfig(**{**shared, "method": "rtn"})
+
+    def starved_experts(self, step, group, tap, accumulators):
+        """Experts under moe_min_tokens routed tokens: warned about, then calibrated on every token (their Hessian
+        from the tokens this tap saw) or quantized by RTN, as moe_fallback says. Returns (accumulators, slot names
+        to round to nearest)."""
+        config = self.config
+        name = self.view.full_name(step.index, group.slots[0].module)
+        record_expert_tokens(self.ctx, name, tap.tokens, config.moe_min_tokens)
+        starved = {slot.expert for slot in group.slots if tap.tokens[slot.name] < config.moe_min_tokens}
+        if not starved or config.moe_calibration == "all":
+            return accumulators, set()
+        self.ctx.metrics.setdefault("expert_fallback", {})[f"{name}.{group.slots[0].param}"] = {
+            "experts": sorted(starved), "fallback": config.moe_fallback}
+        if config.moe_fallback == "rtn":
+            return accumulators, {s.name for s in group.slots if s.expert in starved}
+        fallback = tap.all_token_fallback(starved).accumulators()
+        for accumulator in fallback.values():
+            accumulator.all_reduce()
+        return {**accumulators, **fallback}, set()
+
     def count(self, block, layout) -> None:
-        for slot in layout.slots:
+        for slot in [s for g in self.groups(layout) for s in g.slots]:
             weight = slot.weight(block)
             self.counts["kept"] += int((weight != 0).sum())
             self.counts["total"] += weight.numel()

@@ -28,6 +28,7 @@ import torch
 
 from toolkit.core.errors import BadInputError
 from toolkit.export.quantized import QuantizedModel
+from toolkit.models.experts import disk_name, expert_disk_names
 
 WEIGHTS = "model.safetensors"
 SCHEMA_VERSION = "0.20.1"  # the compressed-tensors release whose schema this writer follows (and was tested against)
@@ -37,9 +38,6 @@ def check_exportable(q: QuantizedModel) -> None:
     if any(slot.kind == "conv1d" for slot in q.view.slots(0)):
         raise BadInputError(f"{q.view.model_type} stores its linears as Conv1D: not supported by the "
                             "compressed-tensors format (it targets nn.Linear)", "use the packed export for GPT-2")
-    if any(slot.kind == "expert" for slot in q.view.slots(0)):
-        raise BadInputError(f"{q.view.model_type}: compressed-tensors export of fused MoE experts is not written yet",
-                            "use the packed or dense export")
     a_bits, kv_bits = int(q.metadata.get("a_bits", 16)), int(q.metadata.get("kv_bits", 16))
     if a_bits < 16 or kv_bits < 16:
         raise BadInputError(f"compressed-tensors export is weight-only (W{q.bits}A16); this model quantizes "
@@ -106,6 +104,22 @@ def _folded_down_proj(q: QuantizedModel) -> dict[str, torch.Tensor]:
     return folded
 
 
+def _disk_names(q: QuantizedModel, path: str, rows: int) -> list[tuple[str, slice]]:
+    """Checkpoint module names a quantized slot is written under (one expert of a fused tensor: its per-expert
+    tensors, as the format and vLLM name them; Mixtral's gate_up_proj[e] is w1 + w3), each with its rows."""
+    _, slot = q.view.resolve(path)
+    if slot.kind != "expert":
+        return [(disk_name(q.view.model_type, path), slice(None))]
+    fused = q.view.param_name(path)
+    return expert_disk_names(q.view.model_type, fused, slot.expert, rows)
+
+
+def _put_packed(tensors: dict, name: str, codes: torch.Tensor, scales: torch.Tensor, bits: int) -> None:
+    tensors[f"{name}.weight_packed"] = pack_int32(codes.contiguous(), bits)
+    tensors[f"{name}.weight_scale"] = scales.float().contiguous()
+    tensors[f"{name}.weight_shape"] = torch.tensor(list(codes.shape), dtype=torch.int64)
+
+
 def save_compressed_tensors(q: QuantizedModel, out: Path, card: dict | None = None) -> dict:
     """Write the directory; returns what it holds (quantized / float linears, bytes)."""
     from safetensors.torch import save_file
@@ -117,21 +131,21 @@ def save_compressed_tensors(q: QuantizedModel, out: Path, card: dict | None = No
     out.mkdir(parents=True, exist_ok=True)
     folded = _folded_down_proj(q)
     tensors: dict[str, torch.Tensor] = {}
-    quantized = []
+    quantized, stored = [], set()  # quantized linears (in-memory names); state-dict names written packed
+    model_type = q.view.model_type
     for path, grid in q.linears.items():
         if path in folded:
             continue
-        tensors[f"{path}.weight_packed"] = pack_int32(grid.codes, q.bits)
-        tensors[f"{path}.weight_scale"] = grid.scales.float().contiguous()
-        tensors[f"{path}.weight_shape"] = torch.tensor(list(grid.codes.shape), dtype=torch.int64)
+        for name, rows in _disk_names(q, path, grid.codes.shape[0]):
+            _put_packed(tensors, name, grid.codes[rows], grid.scales[rows], q.bits)
         quantized.append(path)
+        stored.add(q.view.param_name(path))
     for path, weight in folded.items():
-        tensors[f"{path}.weight"] = weight.contiguous()
+        tensors[f"{disk_name(model_type, path)}.weight"] = weight.contiguous()
     tie = bool(getattr(q.model.config, "tie_word_embeddings", False))
     seen = set()
     for name, tensor in q.model.state_dict().items():
-        module = name.rsplit(".", 1)[0]
-        if module in q.linears and name.endswith(".weight") or name in tensors:
+        if name in stored or name.rsplit(".", 1)[0] in folded:
             continue
         if tensor.data_ptr() in seen or (tie and name == "lm_head.weight"):
             continue
@@ -139,7 +153,7 @@ def save_compressed_tensors(q: QuantizedModel, out: Path, card: dict | None = No
         value = tensor.detach().cpu()
         if value.is_floating_point() and q.dense_dtype is not None:
             value = value.to(q.dense_dtype)
-        tensors[name] = value.contiguous()
+        tensors[disk_name(model_type, name)] = value.contiguous()
     save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
     ignore = sorted({name for name, module in q.model.named_modules()
                      if isinstance(module, torch.nn.Linear) and name not in quantized})

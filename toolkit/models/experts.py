@@ -66,3 +66,60 @@ def check_experts(module: nn.Module, model_type: str) -> None:
         raise BadInputError(f"{model_type}: the fused experts' forward is not the gate_up → act(gate)·up → down "
                             f"layout this toolkit computes per expert (max diff "
                             f"{(expected.float() - ours.float()).abs().max():.3g})")
+
+
+# -- on-disk names: checkpoints (and the engines' formats) name experts one by one ---------------------------------
+
+def _conversions(model_type: str):
+    """(renamings [(disk, memory)], converters [(memory suffix, [disk patterns with *])]) from transformers' own
+    checkpoint conversion mapping for this model type (None when it has none: names on disk are the fused ones)."""
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    except ImportError:
+        return None
+    mapping = get_checkpoint_conversion_mapping(model_type)
+    if not mapping:
+        return None
+    renamings, converters = [], []
+    for item in mapping:
+        sources, targets = list(item.source_patterns), list(item.target_patterns)
+        if type(item).__name__ == "WeightRenaming":
+            if any(ch in "".join(sources + targets) for ch in "^$()[]\\+?|"):
+                continue  # a regex renaming (vision towers, prefixes): not one that touches decoder experts
+            renamings.append((sources[0], targets[0]))
+        elif type(item).__name__ == "WeightConverter":
+            ops = [type(o).__name__ for o in (item.operations or [])]
+            if ops not in (["MergeModulelist"], ["MergeModulelist", "Concatenate"]):
+                raise BadInputError(f"{model_type}: expert checkpoint conversion {ops} is not one this toolkit "
+                                    "inverts (stacked experts, optionally gate/up concatenated)")
+            converters.append((targets[0].lstrip("."), [s.lstrip(".") for s in sources]))
+    return renamings, converters
+
+
+def disk_name(model_type: str, name: str) -> str:
+    """The checkpoint name of an in-memory tensor name (the renamings undone: Mixtral's mlp → block_sparse_moe)."""
+    conversions = _conversions(model_type)
+    if conversions is None:
+        return name
+    for disk, memory in conversions[0]:
+        name = name.replace(memory, disk)
+    return name
+
+
+def expert_disk_names(model_type: str, fused: str, expert: int, rows: int) -> list[tuple[str, slice]]:
+    """The checkpoint tensors one expert's slice of fused tensor `fused` (its in-memory name, e.g.
+    model.layers.0.mlp.experts.gate_up_proj) is stored as, each with the rows of the slice it holds: Mixtral's
+    gate_up_proj[e] = w1 (first half of the rows) + w3; Qwen-MoE's gate_proj + up_proj; down_proj[e] = w2 /
+    down_proj. Module names without `.weight` (the formats add their own suffixes)."""
+    conversions = _conversions(model_type)
+    if conversions is not None:
+        for target, sources in conversions[1]:
+            if fused.endswith(target):
+                base = fused[:-len(target)]
+                if rows % len(sources):
+                    raise BadInputError(f"{fused}: {rows} rows do not split into {len(sources)} checkpoint tensors")
+                share = rows // len(sources)
+                return [(disk_name(model_type, base + source.replace("*", str(expert)).removesuffix(".weight")),
+                         slice(k * share, (k + 1) * share)) for k, source in enumerate(sources)]
+    raise BadInputError(f"{model_type}: no per-expert checkpoint names known for {fused}",
+                        "export the packed or dense format")

@@ -19,7 +19,7 @@ ARCHITECTURES: dict[str, dict] = {
     "olmoe": {"num_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 64},
     "phi3": {}, "phi": {}, "gemma": {"head_dim": 16}, "gemma2": {"head_dim": 16}, "gemma3_text": {"head_dim": 16},
     "gemma3": {}, "olmo2": {}, "granite": {}, "cohere": {}, "starcoder2": {}, "stablelm": {}, "smollm3": {},
-    "exaone4": {}, "falcon": {}, "gpt_neox": {}, "gptj": {"rotary_dim": 8}, "opt": {"ffn_dim": 128},
+    "exaone4": {}, "falcon": {"ffn_hidden_size": 128}, "gpt_neox": {}, "gptj": {"rotary_dim": 8}, "opt": {"ffn_dim": 128},
     "gpt2": {}, "bloom": {},
 }
 MOE = ("qwen2_moe", "qwen3_moe", "mixtral", "olmoe")
@@ -48,6 +48,8 @@ def tiny_config(model_type: str, vocab_size: int, layers: int = 2):
             pass
     if model_type == "opt":
         config.word_embed_proj_dim = config.hidden_size
+    if isinstance(getattr(config, "layer_types", None), list):  # derived from the default depth at construction
+        config.layer_types = config.layer_types[:layers]
     return config
 
 

@@ -430,10 +430,17 @@ class ModelView:
         self.traits = archs.traits(self.model_type)
         self.layers_path = find_blocks(model)
         self._layouts: dict[tuple, BlockLayout] = {}
-        slots, _, _ = structural_slots(self.blocks[0])
+        slots, _, experts = structural_slots(self.blocks[0])
         if not slots:
             raise BadInputError(f"{self.model_type}: block {self.layers_path}.0 holds no linear layers or fused "
                                 f"experts to work on")
+        if experts is not None:
+            count = self.blocks[0].get_submodule(experts).gate_up_proj.shape[0]
+            config = getattr(self.config, "text_config", None) or self.config
+            top_k = getattr(config, "num_experts_per_tok", None)
+            if top_k is not None and not 0 < top_k <= count:
+                raise BadInputError(f"{self.model_type}: the router picks num_experts_per_tok={top_k} of {count} "
+                                    "experts", "num_experts_per_tok must be between 1 and the number of experts")
 
     # -- blocks
     @property
@@ -514,8 +521,8 @@ class ModelView:
 
     def quantized_inputs(self) -> list[str]:
         """Full paths of the modules whose input a run with activation quantization fake-quantizes: every Linear /
-        Conv1D slot (fused experts compute their inputs inside one forward: refused there, see
-        `refuse_expert_activations`)."""
+        Conv1D slot (fused experts compute their inputs inside one forward: compress refuses a_bits < 16 on
+        them)."""
         return [self.full_name(i, s) for i in range(len(self)) for s in self.slots(i) if s.kind != "expert"]
 
     def set_weight(self, name: str, weight: torch.Tensor) -> None:

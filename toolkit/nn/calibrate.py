@@ -21,13 +21,15 @@ class Tap:
     """One group's accumulators, filled by `hook` (a forward pre-hook with kwargs on the group's anchor)."""
 
     def __init__(self, group: Group, block: nn.Module, dtype: torch.dtype = torch.float64, device=None,
-                 all_tokens: bool = False):
+                 all_tokens: bool = False, experts: set[int] | None = None):
         self.group, self.block, self.dtype, self.device = group, block, dtype, device
         self.all_tokens = all_tokens
+        self.only = experts  # fused experts: accumulate these experts only (None: all)
         self.module = block.get_submodule(group.anchor)
         self._shared: HessianAccumulator | None = None
         self._experts: dict[int, HessianAccumulator] = {}
         self.tokens: dict[str, int] = {s.name: 0 for s in group.slots}
+        self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []  # fused experts: (hidden, routing) per call
 
     def add(self, args: tuple, kwargs: dict) -> None:
         if not self.group.experts:
@@ -40,9 +42,12 @@ class Tap:
                 self.tokens[slot.name] += rows
             return
         hidden, index = _experts_args(args, kwargs)
+        self.calls.append((hidden.detach(), index))
         count = self.module.gate_up_proj.shape[0]
         inputs = moe.gate_up_inputs(hidden.detach(), index, count, self.all_tokens)
         for slot in self.group.slots:
+            if self.only is not None and slot.expert not in self.only:
+                continue
             x = inputs[slot.expert]
             if slot.param != EXPERT_IN and x.shape[0]:
                 with torch.no_grad():
@@ -67,7 +72,14 @@ class Tap:
             if self._shared is None:
                 raise RuntimeError(f"group {self.group.names} saw no input")
             return {slot.name: self._shared for slot in self.group.slots}
-        return {slot.name: self._experts[slot.expert] for slot in self.group.slots}
+        return {slot.name: self._experts[slot.expert] for slot in self.group.slots if slot.expert in self._experts}
+
+    def all_token_fallback(self, experts: set[int]) -> Tap:
+        """A tap of `experts` on every token of the calls this tap saw (for experts the router starved)."""
+        tap = Tap(self.group, self.block, self.dtype, self.device, all_tokens=True, experts=experts)
+        for hidden, index in self.calls:
+            tap.add((hidden, index), {})
+        return tap
 
 
 def _experts_args(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
