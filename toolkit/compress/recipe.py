@@ -256,6 +256,9 @@ class _Compressor:
 
         block_scales: dict = {}
         groups = self.groups(step.layout)
+        if self.fused and not step.batchable:
+            self.fused = False  # the model's per-window arguments do not batch (BLOOM's ALiBi): one window at a time
+            self.ctx.metrics["calibration"] = self.mode()
         if self.fused:  # each group compressed as its input arrives in one batched forward, which also propagates
             step.calibrate_in_one_forward(
                 groups, lambda index, tap: self.compress_group(step, groups[index], tap, block_scales), self.dtype,

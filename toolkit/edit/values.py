@@ -25,10 +25,11 @@ class _CachedBlocks(nn.Module):
     """Stands in for blocks 0..L: returns block L's cached output of the selected rows with δ added at each row's
     subject token."""
 
-    def __init__(self, hidden: torch.Tensor, rows: list[Row]):
+    def __init__(self, hidden: torch.Tensor, rows: list[Row], returns_tuple: bool = False):
         super().__init__()
         self.cached, self.rows = hidden, rows
         self.delta: torch.Tensor | None = None
+        self.returns_tuple = returns_tuple  # as the blocks it stands in for (Falcon's and BLOOM's loops take [0])
 
     def select(self, picked: list[int], width: int) -> None:
         device = self.cached.device
@@ -40,7 +41,7 @@ class _CachedBlocks(nn.Module):
     def forward(self, hidden_states, *args, **kwargs):
         add = torch.zeros_like(self.hidden)
         add = add.index_put((self.row_index, self.subject_index), self.delta[self.request])
-        return self.hidden + add
+        return (self.hidden + add,) if self.returns_tuple else self.hidden + add
 
 
 @contextlib.contextmanager
@@ -114,7 +115,7 @@ class _SuffixRunner:
         self.starts = torch.tensor(starts, device=self.device)
         self.cache_name = cache_kwarg(ectx.base)
         self.prefix_mask, self.prefix_cache = self._encode_prefixes(rows, starts)
-        self.stub = _CachedBlocks(self._block_outputs(layer), self.rows)
+        self.stub = _CachedBlocks(self._block_outputs(layer), self.rows, ectx.view.layout(layer).returns_tuple)
         self.selected: dict[tuple[int, ...], object] = {}
 
     @torch.no_grad()

@@ -38,6 +38,10 @@ def check_exportable(q: QuantizedModel) -> None:
     if any(slot.kind == "conv1d" for slot in q.view.slots(0)):
         raise BadInputError(f"{q.view.model_type} stores its linears as Conv1D: not supported by the "
                             "compressed-tensors format (it targets nn.Linear)", "use the packed export for GPT-2")
+    blocker = q.view.traits.compressed_tensors_blocker
+    if blocker:
+        raise BadInputError(f"compressed-tensors export of {q.view.model_type}: {blocker}",
+                            "use the packed or dense export")
     a_bits, kv_bits = int(q.metadata.get("a_bits", 16)), int(q.metadata.get("kv_bits", 16))
     if a_bits < 16 or kv_bits < 16:
         raise BadInputError(f"compressed-tensors export is weight-only (W{q.bits}A16); this model quantizes "

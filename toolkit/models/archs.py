@@ -20,6 +20,8 @@ class Traits:
     # (q_h, k_h, v_h) per head (GPT-NeoX, BLOOM); None = no fused q/k/v known for this model type
     qkv_layout: str | None = None
     gguf_arch: str | None = None  # llama.cpp's name; None = llama.cpp has no loader for it (export refused)
+    # why transformers cannot reload a compressed-tensors checkpoint of this architecture (export refused), if so
+    compressed_tensors_blocker: str | None = None
 
 
 TABLE: dict[str, Traits] = {
@@ -44,7 +46,9 @@ TABLE: dict[str, Traits] = {
     "stablelm": Traits(gguf_arch="stablelm"),
     "smollm3": Traits(gguf_arch="smollm3"),
     "exaone4": Traits(gguf_arch="exaone4"),
-    "falcon": Traits(gguf_arch="falcon"),
+    "falcon": Traits(gguf_arch="falcon", compressed_tensors_blocker=(
+        "transformers cannot reload it: FalconModel._init_weights reads FalconLinear.weight, which the format's "
+        "packed tensors replace (transformers 5.24)")),
     "gpt_neox": Traits(qkv_layout="per-head", gguf_arch="gptneox"),
     "gptj": Traits(gguf_arch="gptj"),
     "opt": Traits(),

@@ -173,10 +173,51 @@ class LazyModel:
         names = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
         names |= {n for n, _ in _persistent_buffers(self.model)}
         wanted = names - set(self.tied)
-        absent = sorted(n for n in wanted if n not in self.index.shard_of)
+        self.parts = {name: self._parts_of(name) for name in wanted}  # in-memory name → checkpoint tensors
+        absent = sorted(n for n in wanted if self.parts[n] is None)
         if absent:
             raise BadInputError(f"{self.directory}: the checkpoint lacks {len(absent)} tensor(s) the "
                                 f"{self.config.model_type} config needs, e.g. '{absent[0]}'")
+
+    # -- checkpoint names ----------------------------------------------------------------------------------------------
+    def _parts_of(self, name: str):
+        """How in-memory tensor `name` is stored: [(checkpoint name, expert or None, rows or None)], or None when the
+        checkpoint lacks it. Names usually match; transformers 5 renames some modules (Mixtral's block_sparse_moe →
+        mlp) and stacks per-expert checkpoint tensors into fused ones (experts.gate_up_proj [E, 2I, H])."""
+        from toolkit.models.experts import disk_name, expert_disk_names
+
+        if name in self.index.shard_of:
+            return [(name, None, None)]
+        model_type = self.config.model_type
+        renamed = disk_name(model_type, name)
+        if renamed in self.index.shard_of:
+            return [(renamed, None, None)]
+        tensor = _get_tensor(self.model, name)
+        if tensor.dim() != 3:
+            return None
+        try:
+            parts = [(f"{disk}.weight", expert, rows) for expert in range(tensor.shape[0])
+                     for disk, rows in expert_disk_names(model_type, name, expert, tensor.shape[1])]
+        except BadInputError:
+            return None
+        return parts if all(disk in self.index.shard_of for disk, _, _ in parts) else None
+
+    def read(self, name: str) -> torch.Tensor:
+        """In-memory tensor `name` read from the checkpoint in the compute dtype (fused experts assembled)."""
+        parts = self.parts[name]
+        if parts[0][1] is None:
+            return self.index.get(parts[0][0], self.dtype)
+        experts: dict[int, list[torch.Tensor]] = {}
+        for disk, expert, _ in parts:
+            experts.setdefault(expert, []).append(self.index.get(disk, self.dtype))
+        return torch.stack([torch.cat(experts[e]) for e in sorted(experts)])
+
+    def _written(self, name: str, tensor: torch.Tensor | None = None) -> list[tuple[str, torch.Tensor | None]]:
+        """(checkpoint name, tensor or None) pairs `name` is written as: the checkpoint's own layout."""
+        parts = self.parts[name]
+        if parts[0][1] is None:
+            return [(parts[0][0], tensor)]
+        return [(disk, None if tensor is None else tensor[expert, rows].contiguous()) for disk, expert, rows in parts]
 
     # -- parts outside the blocks -----------------------------------------------------------------------------------
     def block_prefix(self, index: int) -> str:
@@ -187,7 +228,7 @@ class LazyModel:
 
     def load_non_block(self) -> None:
         for name in self.non_block_names():
-            _set_tensor(self.model, name, self.index.get(name, self.dtype))
+            _set_tensor(self.model, name, self.read(name))
         for alias, source in self.tied.items():
             _alias_parameter(self.model, alias, source)
 
@@ -200,7 +241,7 @@ class LazyModel:
         block = self.layers[index]
         prefix = self.block_prefix(index)
         for name in self.block_names(index):
-            _set_tensor(block, name, self.index.get(prefix + name, self.dtype))
+            _set_tensor(block, name, self.read(prefix + name))
         return block
 
     def free_block(self, index: int) -> None:
@@ -213,15 +254,18 @@ class LazyModel:
     def block_state(self, index: int) -> dict[str, torch.Tensor]:
         """The loaded block's tensors under their checkpoint names."""
         block, prefix = self.layers[index], self.block_prefix(index)
-        return {prefix + n: _get_tensor(block, n).detach() for n in self.block_names(index)}
+        return {disk: value for n in self.block_names(index)
+                for disk, value in self._written(prefix + n, _get_tensor(block, n).detach())}
 
     def non_block_state(self) -> dict[str, torch.Tensor]:
-        return {n: _get_tensor(self.model, n).detach() for n in self.non_block_names()}
+        return {disk: value for n in self.non_block_names()
+                for disk, value in self._written(n, _get_tensor(self.model, n).detach())}
 
     def output_layout(self, save_dtype: torch.dtype | None = None) -> list[tuple[str, torch.dtype, tuple]]:
         """(name, dtype, shape) of every tensor the onloaded pipeline writes, in its order: blocks, then the rest."""
         names = [self.block_prefix(i) + n for i in range(len(self.layers)) for n in self.block_names(i)]
         names += self.non_block_names()
+        names = [disk for name in names for disk, _ in self._written(name)]
         layout = []
         for name in names:
             stored = self.index.dtype_of[name]
@@ -239,7 +283,7 @@ class LazyModel:
 
 def _in_checkpoint(lazy: LazyModel, root: nn.Module, name: str) -> bool:
     if root is lazy.model:
-        return name in lazy.index.shard_of
+        return lazy.parts.get(name) is not None
     return True
 
 

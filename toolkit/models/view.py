@@ -110,6 +110,7 @@ class BlockLayout:
     routers: list[Slot] = field(default_factory=list)
     experts: str | None = None  # block-relative path of the fused experts module
     parallel: bool = False  # attention and MLP read the same input (GPT-J, Falcon, Phi, Cohere)
+    returns_tuple: bool = False  # the block returns (hidden, ...) (Falcon, BLOOM), not the hidden states alone
 
     @property
     def slots(self) -> list[Slot]:
@@ -297,7 +298,7 @@ def discover_layout(block: nn.Module, args: tuple, kwargs: dict, hidden: torch.T
         handles.append(modules[path].register_forward_hook(norm_hook(path)))
     try:
         with torch.no_grad():
-            block(hidden, *args, **kwargs)
+            output = block(hidden, *args, **kwargs)
     finally:
         for handle in handles:
             handle.remove()
@@ -340,7 +341,8 @@ def discover_layout(block: nn.Module, args: tuple, kwargs: dict, hidden: torch.T
     qk = [p for p in norms if attention and p.startswith(attention + ".") and p not in pre]
     post = [p for p in norms if p not in pre and p not in qk]
     parallel = any("attn_in" in g.roles and ("mlp_in" in g.roles) for g in groups)
-    return BlockLayout(groups, attention, info, list(dict.fromkeys(pre)), qk, post, routers, experts, parallel)
+    return BlockLayout(groups, attention, info, list(dict.fromkeys(pre)), qk, post, routers, experts, parallel,
+                       isinstance(output, tuple))
 
 
 def _attention_path(block: nn.Module) -> str | None:

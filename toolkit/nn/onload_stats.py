@@ -106,7 +106,7 @@ def checkpoint_fingerprint(lazy, update: Callable[[object, str, torch.Tensor], N
                                     else set())
     for name, _ in lazy.model.named_parameters():  # the skeleton is untied: a resident model lists these once
         if name not in tied:
-            update(digest, name, lazy.index.get(name, lazy.dtype).to(device))
+            update(digest, name, lazy.read(name).to(device))
 
 
 # -- --dry-run notes -------------------------------------------------------------------------------------------------

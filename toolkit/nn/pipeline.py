@@ -44,6 +44,8 @@ class BlockStep:
     outputs: list[torch.Tensor] | None = None
 
     layout: BlockLayout | None = None  # the block's discovered groups (ModelView.layout), set by the pipeline
+    # whether windows may go through the block as one batch (`batchable`: BLOOM's ALiBi bias is built per batch)
+    batchable: bool = True
 
     def group_hessians(self, groups: list[Group], dtype=torch.float64, all_tokens: bool = False) -> list:
         """One calibration forward, stopped as soon as the last of `groups` has its input: a `Tap` per group (its
@@ -151,6 +153,23 @@ def _stop_pre_hook(module, args) -> None:
     raise StopForward
 
 
+def batchable(block: nn.Module, inputs: list[torch.Tensor], args: tuple, kwargs: dict, device) -> bool:
+    """Whether two windows through `block` as one batch give what each gives alone, with the args/kwargs captured for
+    one window (masks and position tensors broadcast; BLOOM's ALiBi bias is built for one window and does not)."""
+    if len(inputs) < 2 or inputs[0].shape != inputs[1].shape:
+        return True
+    pair = [hidden.to(device) for hidden in inputs[:2]]
+    with torch.no_grad():
+        try:
+            both = block(torch.cat(pair), *args, **kwargs)
+        except RuntimeError:
+            return False
+        alone = [block(hidden, *args, **kwargs) for hidden in pair]
+    both = both[0] if isinstance(both, tuple) else both
+    alone = torch.cat([a[0] if isinstance(a, tuple) else a for a in alone])
+    return both.shape == alone.shape and torch.allclose(both, alone, rtol=1e-4, atol=1e-5)
+
+
 def _to(value, device):
     if torch.is_tensor(value):
         return value.to(device)
@@ -238,12 +257,15 @@ def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[
         log.info("resuming after block %d of %d", start - 1, len(layers))
     args, kwargs = _to(args, device), _to(kwargs, device)
     indices = range(start, len(layers))
+    together = None
     for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
         block = layers[index]
         original_device = next(block.parameters()).device
         block.to(device)
+        if together is None:
+            together = batchable(block, inputs, args, kwargs, device)
         step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
-                         layout=view.layout(index, (inputs[0].to(device), args, kwargs)))
+                         layout=view.layout(index, (inputs[0].to(device), args, kwargs)), batchable=together)
         on_block(step)
         inputs = step.propagated()
         block.to(original_device)
@@ -309,13 +331,17 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
         inputs, args, kwargs = capture_block_inputs(lazy.model, rank_windows(windows), device, lazy.view)
         args, kwargs = _to(args, device), _to(kwargs, device)
         indices = range(len(lazy.layers))
+        together = None
         for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
             with Stopwatch() as watch:
                 block = lazy.load_block(index).to(device)
                 if probe is not None:
                     probe(f"block {index} loaded")
+                if together is None:
+                    together = batchable(block, inputs, args, kwargs, device)
                 step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
-                                 probe=probe, layout=lazy.view.layout(index, (inputs[0].to(device), args, kwargs)))
+                                 probe=probe, layout=lazy.view.layout(index, (inputs[0].to(device), args, kwargs)),
+                                 batchable=together)
                 on_block(step)
                 inputs = step.propagated()
                 del step

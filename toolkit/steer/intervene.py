@@ -118,7 +118,7 @@ def read_activations_onloaded(lazy, tokenizer, texts: Sequence[str], layers: Seq
     first = next(iter(lazy.layers[0].named_parameters()))[0]
     embedding = lazy.model.get_input_embeddings().weight  # on `device`: summed where a resident model sums it
     fingerprint = _fingerprint(lazy.model.config, embedding,
-                               lazy.index.get(lazy.block_prefix(0) + first, lazy.dtype).to(embedding.device))
+                               lazy.read(lazy.block_prefix(0) + first).to(embedding.device))
     return {layer: torch.stack(parts) for layer, parts in rows.items()}, fingerprint
 
 
