@@ -397,15 +397,17 @@ def render(results: dict) -> str:
                 row.append(" ")
             elif cell["status"] == "pass":
                 row.append("✓")
-            elif cell["status"] == "refused":
-                reason = cell["detail"].removeprefix("error: ").split(" (hint")[0]
-                reasons.setdefault(reason, []).append(f"{arch}/{cell_name}")
-                row.append(f"— [{list(reasons).index(reason) + 1}]")
+            elif cell["status"] == "refused":  # one note per kind of refusal, with one example of its message
+                kind = EXPECTED_REFUSALS.get((arch, cell_name), "other")
+                reasons.setdefault(kind, [cell["detail"].removeprefix("error: ").split(" (hint")[0], []])
+                reasons[kind][1].append(arch)
+                row.append(f"— [{list(reasons).index(kind) + 1}]")
             else:
                 row.append("✗")
         lines.append(f"| {arch} | " + " | ".join(row) + " |")
-    lines += ["", "Refusals:", ""]
-    lines += [f"{i}. {reason}" for i, reason in enumerate(reasons, 1)]
+    lines += ["", "Refusals (exit 2, one line on stderr, nothing written; one example message per kind):", ""]
+    lines += [f"{i}. {example} — {', '.join(dict.fromkeys(archs))}"
+              for i, (example, archs) in enumerate(reasons.values(), 1)]
     lines += ["", "Checks:", "",
               "- eval-ppl: one 32-token window's perplexity equals exp of transformers' own loss on it (BOS first "
               "where the tokenizer adds one), 1e-4 relative.",
@@ -418,7 +420,8 @@ def render(results: dict) -> str:
               "in-memory model's (the same run's dense export) to 1e-5 relative; MoE experts are written one by one "
               "under the checkpoint's own names.",
               "- export-gguf: the file reads back with Q4_0 tensors.",
-              "- edit-memit: log p(new target) rises by > 0.05 for both facts.",
+              "- edit-memit: log p(new target) rises by > 0.05 for both facts, and exactly the edited layers' MLP "
+              "output projections changed (the shared expert's for Qwen2-MoE).",
               "- steer-pcms: a finite, non-zero direction at block 1.",
               "- unlearn-npo: one epoch moves the weights, all finite.",
               "- uq-tokur: one question, 2 candidates: epistemic ≥ 0 and total = aleatoric + epistemic.", ""]
