@@ -72,7 +72,7 @@ def child_compress(model: str, method: str, calibration: str, out: str) -> dict:
     import toolkit.compress.solvers  # noqa: F401 - imported before the baseline, as the run imports it
     from toolkit.compress.config import GptqConfig, RtnConfig
     from toolkit.compress.recipe import run_compress
-    from toolkit.core.context import RunContext
+    from toolkit.core.context import RUN_WARNINGS, RunContext
     from toolkit.models.memory import block_dims, plan_memory, skeleton
     from toolkit.models.view import view_of
 
@@ -89,7 +89,7 @@ def child_compress(model: str, method: str, calibration: str, out: str) -> dict:
     return {"cpu_seconds_per_block": [round(t, 1) for t in ctx.metrics["cpu_seconds_per_block"]],
             "peak_rss_mb": round(peak / MB), "planned_mb": round(plan["peak_bytes"]["cpu"] / MB),
             "baseline_rss_mb": round(baseline / MB), "plan_mb": plan["mb"], "calibration": ctx.metrics["calibration"],
-            "expert_tokens": ctx.metrics.get("expert_tokens", {}), "warnings": ctx.warnings}
+            "expert_tokens": ctx.metrics.get("expert_tokens", {}), "warnings": list(RUN_WARNINGS)}
 
 
 def run_child(*args: str) -> dict:
@@ -149,7 +149,11 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "moe-bench")
     parser.add_argument("--model", type=Path, help="a local MoE checkpoint to measure instead of the random one")
     parser.add_argument("--child", nargs=4, metavar=("MODEL", "METHOD", "CALIBRATION", "OUT"))
+    parser.add_argument("--render", action="store_true", help="rewrite RESULTS.md's table from results.json")
     args = parser.parse_args()
+    if args.render:
+        render(json.loads((HERE / "results.json").read_text()))
+        return
     if args.child:
         print(json.dumps(child_compress(*args.child)))
         return
@@ -208,7 +212,35 @@ def write_rows(args, model_dir, made, runs, losses) -> None:
               "machine": f"{os.cpu_count()} cores, one thread per run, shared with other jobs (CPU seconds)",
               "model_written": made}
     (HERE / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+    render(record)
     print(json.dumps(rows, indent=1))
+
+
+def table(record: dict) -> str:
+    lines = ["| method | experts calibrated on | layer loss gate/up (mean) | vs RTN, per expert: mean [min, max], "
+             "below RTN | layer loss down (mean) | vs RTN, per expert | CPU s / block | peak RSS MB | plan MB "
+             "(plan / peak) |", "|---|---|---:|---|---:|---|---:|---:|---:|"]
+    for row in record["rows"]:
+        def ratio(param):
+            r = row[f"vs_rtn_{param}"]
+            return f"{r['mean']} [{r['min']}, {r['max']}], {r['experts_below_rtn']}"
+        lines.append(f"| {row['method']} | {row['moe_calibration']} | {row['layer_loss_gate_up_proj_mean']} | "
+                     f"{ratio('gate_up_proj')} | {row['layer_loss_down_proj_mean']} | {ratio('down_proj')} | "
+                     f"{row['cpu_seconds_per_block_mean']} | {row['peak_rss_mb']} | {row['planned_mb']} "
+                     f"({row['plan_over_peak']}) |")
+    return "\n".join(lines)
+
+
+def render(record: dict) -> None:
+    """RESULTS.md's table between its markers, from results.json (the prose around it is hand-written)."""
+    path = HERE / "RESULTS.md"
+    begin, end = "<!-- table:begin -->", "<!-- table:end -->"
+    text = path.read_text() if path.is_file() else f"# MoE compression\n\n{begin}\n{end}\n"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    stamp = (f"{record['model']}; {record['calibration_tokens']}; `{record['command']}` at {record['commit']}, "
+             f"{record['date']}, {record['machine']}.")
+    path.write_text(f"{head}{begin}\n{table(record)}\n\n{stamp}\n{end}{tail}")
 
 
 if __name__ == "__main__":

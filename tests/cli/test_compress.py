@@ -113,7 +113,7 @@ def bloom_dir(tmp_path_factory, tiny_tokenizer):
     (["--nm", "4:4"], "N < M"),
     (["--set", "alpha=1.5"], "alpha"),
     (["--data", "SHORT"], "shorter than one window"),
-    (["--rotate"], "RMSNorm"),
+    (["--rotate"], "rotation is not exact for gpt2"),
     (["--data", "/nonexistent/text.txt"], "not found"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(cli, tiny_gpt2_dir, text_file, tmp_path, extra, message):

@@ -154,6 +154,14 @@ def test_a_starved_expert_is_warned_about_and_gets_its_fallback(cli, mixtral_dir
     assert not torch.equal(w[0], rtn[0])  # the routed experts are GPTQ's either way
 
 
+def test_a_starved_expert_can_stop_the_run(cli, mixtral_dir, tmp_path, monkeypatch):
+    _starve_expert(monkeypatch, 2)
+    result = _compress(cli, mixtral_dir, tmp_path / "out", "gptq", "--set", "moe_fallback=refuse")
+    assert result.exit_code == 2
+    assert "experts [2] saw fewer than 1 calibration tokens" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_all_token_calibration_gives_every_expert_every_token(cli, mixtral_dir, tmp_path):
     result = _compress(cli, mixtral_dir, tmp_path / "all", "gptq", "--set", "moe_calibration=all")
     assert result.exit_code == 0, result.stderr

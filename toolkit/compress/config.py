@@ -89,10 +89,11 @@ class CompressConfig(BaseConfig):
     # mixture-of-experts models (fused expert tensors): each expert's gate/up and down projections get their own
     # Hessian from the tokens the router sends them (routed) or from every token (all: llm-compressor's answer for
     # rarely routed experts); an expert with fewer than moe_min_tokens routed tokens gets moe_fallback (all-token
-    # calibration, or RTN with no Hessian) and a warning; run.json lists every expert's token count
+    # calibration, or RTN with no Hessian) and a warning, or (refuse) the run stops with exit 2 naming them;
+    # run.json lists every expert's token count
     moe_calibration: Literal["routed", "all"] = "routed"
     moe_min_tokens: int = Field(1, ge=0)
-    moe_fallback: Literal["all-tokens", "rtn"] = "all-tokens"
+    moe_fallback: Literal["all-tokens", "rtn", "refuse"] = "all-tokens"
     # routers (and Qwen2-MoE's shared-expert gate) stay in float unless asked: a wrong route costs more than the bytes
     quantize_routers: bool = False
 

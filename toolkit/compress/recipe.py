@@ -325,6 +325,11 @@ class _Compressor:
         starved = {slot.expert for slot in group.slots if tap.tokens[slot.name] < config.moe_min_tokens}
         if not starved or config.moe_calibration == "all":
             return accumulators, set()
+        if config.moe_fallback == "refuse":
+            from toolkit.core.errors import BadInputError
+
+            raise BadInputError(f"{name}: experts {sorted(starved)} saw fewer than {config.moe_min_tokens} "
+                                "calibration tokens", "give more calibration data, or set moe_fallback=all-tokens|rtn")
         self.ctx.metrics.setdefault("expert_fallback", {})[f"{name}.{group.slots[0].param}"] = {
             "experts": sorted(starved), "fallback": config.moe_fallback}
         if config.moe_fallback == "rtn":
