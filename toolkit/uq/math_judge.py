@@ -16,7 +16,9 @@ Rules (math-verify's `parse` on `\\boxed{answer}` and `verify(gold=reference, ta
   value (`52_8` ≠ 42: a question asking for base 8 wants base 8); base 10 is a plain number. math-verify drops the
   subscript (it reads `52_8` as 52), so an answer with a subscripted number inside a larger expression is compared as
   text only (spaces, `$`, `\\text` aside).
-- A trailing period is dropped (`18.` = 18).
+- A trailing period is dropped (`18.` = 18); thin-space thousands (`1\\,000\\,000`) are joined; a number followed by
+  plain words is that number (`18 dollars` = 18; math-verify itself strips LaTeX units such as `\\mbox{ inches}^2`).
+- One `\\pm` inside an expression is expanded into the two answers it writes (math-verify reads a top-level one).
 """
 
 from __future__ import annotations
@@ -30,10 +32,31 @@ _BASE_N = re.compile(r"(?:\\(?:text|mathrm)\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*\(?
 _SUBSCRIPTED_NUMBER = re.compile(r"[0-9A-Za-z]\}?\s*_\s*\{?\s*\(?\s*\d")
 
 
+_PLAIN_UNIT = re.compile(r"(-?[\d.,]+)\s+(?:[a-zA-Z]{2,}\.?\s*)+")
+
+
 def _clean(answer: str) -> str:
     s = answer.strip().replace("\n", " ")
     s = re.sub(r"(?<!\.)\.\s*$", "", s).strip()  # "18." → "18" (not "…")
-    return s.strip("$ ").strip() if s.count("$") == 2 and s.startswith("$") and s.endswith("$") else s
+    if s.count("$") == 2 and s.startswith("$") and s.endswith("$"):
+        s = s[1:-1].strip()
+    while re.search(r"\d\\[,!:; ]\s*\d{3}(?!\d)", s):  # "1\,000\,000" → "1000000"
+        s = re.sub(r"(\d)\\[,!:; ]\s*(\d{3})(?!\d)", r"\1\2", s)
+    unit = _PLAIN_UNIT.fullmatch(s)  # "18 dollars", "5 apples": a number and plain words after it
+    if unit and unit.group(0)[len(unit.group(1)):].strip(". ").lower() != "pi":
+        s = unit.group(1)
+    return _expand_pm(s)
+
+
+def _expand_pm(s: str) -> str:
+    """One `\\pm` (or `\\mp`) anywhere, and no comma: the two answers it writes, as a list (math-verify reads `\\pm`
+    only at the top level: `\\frac{-1\\pm\\sqrt5}{2}`)."""
+    signs = re.findall(r"\\(pm|mp)(?![a-zA-Z])", s)
+    if len(signs) != 1 or "," in s:
+        return s
+    first, second = ("+", "-") if signs[0] == "pm" else ("-", "+")
+    at = re.search(r"\\(?:pm|mp)(?![a-zA-Z])", s)
+    return f"{s[:at.start()]}{first}{s[at.end():]}, {s[:at.start()]}{second}{s[at.end():]}"
 
 
 def _text(answer: str) -> str:
