@@ -184,10 +184,10 @@ _CACHE: dict[tuple[str, str], dict] = {}
 
 
 def equivalent(prediction: str | None, reference: str | None, stats: JudgeStats | None = None,
-               timeout_s: float = TIMEOUT_S) -> bool:
+               timeout_s: float | None = None) -> bool:
     """Whether the prediction is the reference's answer (module docstring; rules in toolkit.uq.math_judge). Not
     symmetric in one respect: a decimal prediction is held to exactness unless the reference is itself a decimal.
-    A judgement that takes longer than timeout_s is False and counted in stats.timeouts."""
+    A judgement that takes longer than timeout_s (default TIMEOUT_S) is False and counted in stats.timeouts."""
     if stats is not None:
         stats.judged += 1
     if prediction is None or reference is None:
@@ -195,7 +195,7 @@ def equivalent(prediction: str | None, reference: str | None, stats: JudgeStats 
     key = (prediction, reference)
     verdict = _CACHE.get(key)
     if verdict is None:
-        verdict = _WORKER.ask(prediction, reference, timeout_s)
+        verdict = _WORKER.ask(prediction, reference, TIMEOUT_S if timeout_s is None else timeout_s)
         if verdict is None:
             if stats is not None:
                 stats.timeouts += 1
