@@ -324,3 +324,15 @@ def test_integers_compare_exactly(n, step):
     """Any integer against itself with thousands separators, and against one a few units away."""
     assert equivalent(f"{n:,}", str(n))
     assert not equivalent(str(n + step), str(n)) and not equivalent(str(n), str(n + step))
+
+
+def test_a_judge_that_cannot_start_is_a_resource_error(monkeypatch):
+    from toolkit.core.errors import ResourceError
+    from toolkit.uq import math_answer
+
+    worker = math_answer._Worker()
+    monkeypatch.setattr(math_answer, "STARTUP_S", 5.0)
+    monkeypatch.setattr(math_answer.sys, "executable", "/bin/false")
+    with pytest.raises(ResourceError):
+        worker.ask("1", "1", 1.0)
+    assert worker.proc is None

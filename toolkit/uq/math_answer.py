@@ -137,8 +137,10 @@ class _Worker:
         ready = self._answer(STARTUP_S)
         if ready is None or not ready.get("ready"):
             self.stop()
-            raise RuntimeError("the math-answer judge (python -m toolkit.uq.math_judge) did not start: is "
-                               "math-verify installed (pip install math-verify latex2sympy2_extended)?")
+            from toolkit.core.errors import ResourceError
+
+            raise ResourceError("the math-answer judge (python -m toolkit.uq.math_judge) did not start",
+                                "is math-verify installed? pip install 'math-verify[antlr4_13_2]'")
 
     @staticmethod
     def _read(proc: subprocess.Popen, lines: queue.Queue) -> None:
