@@ -63,9 +63,9 @@ def select(records: list[dict], which: str, max_steps: int | None, questions: in
     return anchors, [r for *_, r in sorted(pool, key=lambda t: t[:3])][:questions]
 
 
-def score(out: Path, candidates: int, strict: bool = False) -> dict:
-    """Metrics of the complete questions in responses.jsonl, each response re-read and re-judged by the current
-    judge; strict: marked answers only."""
+def score(out: Path, candidates: int, strict: bool = False, responses: Path | None = None) -> dict:
+    """Metrics of the complete questions in out/responses.jsonl (or `responses`), each response re-read and
+    re-judged by the current judge; strict: marked answers only."""
     sys.path.insert(0, str(ROOT))
     from toolkit.eval.metrics import auroc
     from toolkit.uq.math_answer import JudgeStats, equivalent, marked_final, predicted_final
@@ -73,7 +73,8 @@ def score(out: Path, candidates: int, strict: bool = False) -> dict:
 
     if not out.is_dir():  # a run stopped by the budget leaves its outputs in RUN.partial
         out = out.with_name(out.name + ".partial")
-    records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines() if line.strip()]
+    path = responses or out / "responses.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     judge = JudgeStats()
     for record in records:  # strict: no answer marker, no answer (the last-number fallback credits "…5. 6.")
         record["final"] = (marked_final if strict else predicted_final)(record["response"])
@@ -121,6 +122,9 @@ def main() -> None:
     parser.add_argument("--model", default="zoo:smollm2-135m")
     parser.add_argument("--out", type=Path, default=Path("runs/tokur-gsm8k"))
     parser.add_argument("--score-only", action="store_true", help="only score an earlier run's responses.jsonl")
+    parser.add_argument("--responses", type=Path, help="with --score-only: score this responses.jsonl (e.g. the "
+                        "committed examples/tokur/responses-gsm8k-48.jsonl) instead of OUT/run's; pass the run's "
+                        "--temperature, --max-new-tokens and --candidates")
     parser.add_argument("--strict-judge", action="store_true", help="credit only explicitly marked answers "
                         "(\"The answer is\", \"####\", \\boxed{}), no last-number fallback")
     parser.add_argument("--generate-batch", type=int, default=16, help="questions sampled in one generate call "
@@ -161,15 +165,16 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             print(f"stopped after {args.budget_s:.0f} s: scoring the questions that finished", file=sys.stderr)
         cpu["evaluation"] = round(children_cpu_s() - before, 1)  # CPU s of the evaluation process (load included)
-    sigma = json.loads((out / "sigma.json").read_text())["sigma"]
+    sigma = json.loads((out / "sigma.json").read_text())["sigma"] if (out / "sigma.json").is_file() else None
     if args.score_only:  # the sampling settings are the run's own, not this invocation's defaults
         args.temperature, args.max_new_tokens, args.candidates = run_settings(out, args)
     result = {"model": args.model, "subset": args.subset if args.max_steps is None else None,
               "max_steps": args.max_steps, "strict_judge": args.strict_judge, "candidates": args.candidates,
               "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "sigma": sigma,
-              **score(out / "run", args.candidates, args.strict_judge)}
+              **score(out / "run", args.candidates, args.strict_judge, args.responses)}
     if cpu:
         result["cpu_s"] = cpu
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 
