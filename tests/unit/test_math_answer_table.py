@@ -36,6 +36,7 @@ EQUAL = [
     ("0052_8", "52_8"),
     ("A2_{16}", "a2_{16}"),
     ("42_{10}", "42"),
+    ("x_1+x_2", "x_2+x_1"),  # a subscripted variable is no base-n numeral
     # polynomials and expressions in another order
     ("x^3+3x-6", "3x+x^3-6"),  # old: not equal (the exponent guard's greedy match)
     ("x^3+3x-6", "-6+3x+x^3"),
@@ -151,6 +152,8 @@ DIFFERENT = [
     ("1011_2", "1012_2"),
     ("101_2", "5"),
     ("52_8", "53_8"),
+    ("52_8+1", "53"),  # a numeral inside an expression: compared as text (math-verify would drop the base)
+    ("x_1", "x_2"),
     # polynomials
     ("x^3+3x-6", "x^3+3x+6"),
     ("x^3+3x-6", "x^3-3x-6"),

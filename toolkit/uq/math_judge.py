@@ -29,7 +29,7 @@ import re
 import sys
 
 _BASE_N = re.compile(r"(?:\\(?:text|mathrm)\{)?([0-9A-Za-z]+)\}?\s*_\s*\{?\s*\(?\s*(\d+)\s*\)?\s*\}?")
-_SUBSCRIPTED_NUMBER = re.compile(r"[0-9A-Za-z]\}?\s*_\s*\{?\s*\(?\s*\d")
+_SUBSCRIPTED_NUMBER = re.compile(r"(?<![A-Za-z\\])\d[0-9A-Za-z]*\}?\s*_\s*\{?\s*\(?\s*\d")  # not x_1
 
 
 _PLAIN_UNIT = re.compile(r"(-?[\d.,]+)\s+(?:[a-zA-Z]{2,}\.?\s*)+")
