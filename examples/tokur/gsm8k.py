@@ -13,9 +13,10 @@ left out: ≤ 2 steps gives 432 questions besides the anchors.
 model, rank, prompt and anchors are the same; then the evaluation runs with that σ and stops after `--budget-s`
 seconds of wall time; whatever finished in responses.jsonl is scored (each question complete with its N candidates).
 The candidates of `--generate-batch` questions are sampled in one generate call (each question keeps its seed).
-Correctness: the math-equivalence judge of toolkit.uq.math_answer against the "#### N" answer; `--strict-judge`
-credits only an explicitly marked answer ("The answer is", "####", \\boxed{}), no last-number fallback (it only
-re-reads the responses, so `--score-only --strict-judge` re-scores an earlier run).
+Correctness: the math-equivalence judge of toolkit.uq.math_answer (math-verify) against the "#### N" answer;
+`--strict-judge` credits only an explicitly marked answer ("The answer is", "####", \\boxed{}), no last-number
+fallback. Scoring always re-reads and re-judges the stored responses with the current judge, so `--score-only`
+(with or without `--strict-judge`) re-scores an earlier run; the judge's counts land in results.json (`judge`).
 """
 
 from __future__ import annotations
@@ -62,20 +63,22 @@ def select(records: list[dict], which: str, max_steps: int | None, questions: in
     return anchors, [r for *_, r in sorted(pool, key=lambda t: t[:3])][:questions]
 
 
-def score(out: Path, candidates: int, strict: bool = False) -> dict:
-    """Metrics of the complete questions in responses.jsonl; strict: re-judged on marked answers only."""
+def score(out: Path, candidates: int, strict: bool = False, responses: Path | None = None) -> dict:
+    """Metrics of the complete questions in out/responses.jsonl (or `responses`), each response re-read and
+    re-judged by the current judge; strict: marked answers only."""
     sys.path.insert(0, str(ROOT))
     from toolkit.eval.metrics import auroc
-    from toolkit.uq.math_answer import equivalent, marked_final
+    from toolkit.uq.math_answer import JudgeStats, equivalent, marked_final, predicted_final
     from toolkit.uq.run import majority_vote_accuracy, selection_rows
 
     if not out.is_dir():  # a run stopped by the budget leaves its outputs in RUN.partial
         out = out.with_name(out.name + ".partial")
-    records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines() if line.strip()]
-    if strict:  # no answer marker, no answer: the last-number fallback credits truncated lists ("…5. 6.")
-        for record in records:
-            record["final"] = marked_final(record["response"])
-            record["correct"] = equivalent(record["final"], record["reference"])
+    path = responses or out / "responses.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    judge = JudgeStats()
+    for record in records:  # strict: no answer marker, no answer (the last-number fallback credits "…5. 6.")
+        record["final"] = (marked_final if strict else predicted_final)(record["response"])
+        record["correct"] = equivalent(record["final"], record["reference"], judge)
     by_question: dict[int, list[dict]] = {}
     for record in records:
         by_question.setdefault(record["question"], []).append(record)
@@ -93,14 +96,15 @@ def score(out: Path, candidates: int, strict: bool = False) -> dict:
         rows += [{**row, "selection": f"tokur-{name}"} for row in selection_rows(correct, values)[:1]]
     rows += selection_rows(correct, np.zeros(correct.shape))[1:]
     rows.append({"selection": "majority", "accuracy": majority_vote_accuracy(correct, [[r["final"] for r in q]
-                                                                                       for q in complete])})
+                                                                                       for q in complete], judge)})
     means = {name: {"right": float(np.mean([r[name] for r in flat if r["correct"]])) if (~errors).any() else None,
                     "wrong": float(np.mean([r[name] for r in flat if not r["correct"]])) if errors.any() else None}
              for name in names}
     return {"n_questions": len(complete), "n_responses": len(flat), "n_correct": int((~errors).sum()),
             "accuracy": round(float(correct.mean()), 4) if len(flat) else None, "auroc_by_score": aurocs,
             "rows": [{**row, "accuracy": round(row["accuracy"], 4), "method": row["selection"]} for row in rows],
-            "mean_uncertainty": means, "answered": sum(r["final"] is not None for r in flat)}
+            "mean_uncertainty": means, "answered": sum(r["final"] is not None for r in flat),
+            "judge": judge.as_dict()}
 
 
 def main() -> None:
@@ -118,6 +122,9 @@ def main() -> None:
     parser.add_argument("--model", default="zoo:smollm2-135m")
     parser.add_argument("--out", type=Path, default=Path("runs/tokur-gsm8k"))
     parser.add_argument("--score-only", action="store_true", help="only score an earlier run's responses.jsonl")
+    parser.add_argument("--responses", type=Path, help="with --score-only: score this responses.jsonl (e.g. the "
+                        "committed examples/tokur/responses-gsm8k-48.jsonl) instead of OUT/run's; pass the run's "
+                        "--temperature, --max-new-tokens and --candidates")
     parser.add_argument("--strict-judge", action="store_true", help="credit only explicitly marked answers "
                         "(\"The answer is\", \"####\", \\boxed{}), no last-number fallback")
     parser.add_argument("--generate-batch", type=int, default=16, help="questions sampled in one generate call "
@@ -158,15 +165,16 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             print(f"stopped after {args.budget_s:.0f} s: scoring the questions that finished", file=sys.stderr)
         cpu["evaluation"] = round(children_cpu_s() - before, 1)  # CPU s of the evaluation process (load included)
-    sigma = json.loads((out / "sigma.json").read_text())["sigma"]
+    sigma = json.loads((out / "sigma.json").read_text())["sigma"] if (out / "sigma.json").is_file() else None
     if args.score_only:  # the sampling settings are the run's own, not this invocation's defaults
         args.temperature, args.max_new_tokens, args.candidates = run_settings(out, args)
     result = {"model": args.model, "subset": args.subset if args.max_steps is None else None,
               "max_steps": args.max_steps, "strict_judge": args.strict_judge, "candidates": args.candidates,
               "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "sigma": sigma,
-              **score(out / "run", args.candidates, args.strict_judge)}
+              **score(out / "run", args.candidates, args.strict_judge, args.responses)}
     if cpu:
         result["cpu_s"] = cpu
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 

@@ -78,3 +78,28 @@ def test_math_style_records_are_read_and_judged(cli, tiny_gpt2_dir, tmp_path):
     assert r.exit_code == 0, r.stderr
     records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines()]
     assert [rec["reference"] for rec in records] == ["p - q", "\\left( 3, \\frac{\\pi}{2} \\right)", "4"]
+
+
+def test_judge_counts_reach_run_json_and_a_timed_out_judgement_is_wrong(cli, tiny_gpt2_dir, gsm_file, tmp_path,
+                                                                         monkeypatch):
+    """Every judgement is counted in metrics.judge; one past the judge's time limit is "not equal", counted, and
+    warned about in run.json (here every judgement is made to time out)."""
+    from toolkit.uq import math_answer
+
+    args = ["uq", "tokur", "-m", tiny_gpt2_dir, "-d", gsm_file, "--candidates", "2", "--samples", "2", "--sigma",
+            "0.01", "--max-new-tokens", "2", "--json"]
+    r = cli(args + ["-o", tmp_path / "ok"])
+    assert r.exit_code == 0, r.stderr
+    judge = json.loads(r.stdout)["metrics"]["judge"]
+    assert judge["judged"] >= 6 and judge["timeouts"] == 0
+
+    math_answer._CACHE.clear()
+    monkeypatch.setattr(math_answer._WORKER, "ask", lambda prediction, reference, timeout_s: None)
+    monkeypatch.setattr(math_answer, "predicted_final", lambda text: "2")  # the right answer of the first question
+    r = cli(args + ["-o", tmp_path / "slow"])
+    assert r.exit_code == 0, r.stderr
+    records = [json.loads(line) for line in (tmp_path / "slow" / "responses.jsonl").read_text().splitlines()]
+    run = json.loads((tmp_path / "slow" / "run.json").read_text())
+    assert not any(rec["correct"] for rec in records)
+    assert run["metrics"]["judge"]["timeouts"] >= len(records) == 6
+    assert any("time limit" in w for w in run["warnings"])

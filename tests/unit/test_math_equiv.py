@@ -1,15 +1,15 @@
-"""Final-answer extraction (\\boxed, "The answer is", ####) and math equivalence on hand-made cases."""
+"""Final-answer extraction (\\boxed, "The answer is", ####) and math equivalence on hand-made cases (the judge's
+full table: test_math_answer_table.py)."""
 
 import pytest
 
-from toolkit.uq.math_answer import equivalent, last_boxed, normalize, predicted_final, reference_final
+from toolkit.uq.math_answer import equivalent, last_boxed, predicted_final, reference_final
 
 EQUIVALENT = [
     ("p-q", "p - q"),
     ("-q + p", "p - q"),  # sympy: the same expression reordered
     ("(3,\\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)"),
     ("\\left( 3, \\dfrac{\\pi}{2} \\right)", "\\left( 3, \\frac{\\pi}{2} \\right)"),
-    ("(3, 1.5707963)", "\\left( 3, \\frac{\\pi}{2} \\right)"),  # element by element, π/2 as a decimal
     ("\\dfrac{1}{2}", "\\frac{1}{2}"),
     ("0.5", "\\frac{1}{2}"),
     (".5", "\\frac12"),
@@ -58,14 +58,6 @@ def test_not_equivalent(prediction, reference):
     assert not equivalent(prediction, reference)
 
 
-def test_normalize_by_hand():
-    assert normalize("\\left( 3, \\frac{\\pi}{2} \\right)") == "(3,\\frac{\\pi}{2})"
-    assert normalize("\\dfrac12") == "\\frac{1}{2}"
-    assert normalize("\\text{(B)}") == "(B)"
-    assert normalize("\\left\\{ 1, 2 \\right\\}") == "\\{1,2\\}"
-    assert normalize("10\\,000") == "10000"
-
-
 def test_boxed_extraction():
     assert last_boxed("so $\\boxed{\\frac{1}{2}}$ and finally \\boxed{p - q}.") == "p - q"
     assert last_boxed("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}") == "\\left( 3, \\frac{\\pi}{2} \\right)"
@@ -85,10 +77,3 @@ def test_final_answers_of_each_style():
     assert reference_final("16 - 3 - 4 = 9\n#### 9") == "9"
     assert reference_final("A long worked solution\nwithout any final marker") is None
     assert reference_final("   ") is None
-
-
-def test_sympy_never_sees_code_or_huge_powers():
-    assert not equivalent("__import__('os').getcwd()", "0")
-    assert not equivalent("9^{9^{9}}", "1")  # refused, not evaluated (would not finish)
-    assert not equivalent("exec(1)", "exec(1) + 0")
-    assert equivalent("2^{1/2}", "\\sqrt{2}")

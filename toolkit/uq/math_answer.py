@@ -1,20 +1,29 @@
-"""Final answers of math reasoning (GSM8K, MATH, MetaMath styles) and a math-equivalence check.
+"""Final answers of math reasoning (GSM8K, MATH, MetaMath styles) and the one math-equivalence entry point.
 
-Final answer: the last `\\boxed{…}` (or `\\fbox{…}`), else the text after the last "The answer is" (with or without a
-colon), else the text after "####"; a model's free-form response falls back to its last number, a reference
-answer field without any marker is taken whole when it is one line (MATH-500's bare `answer`).
+Final answer (the paper's protocol, our own thin layer): the last `\\boxed{…}` (or `\\fbox{…}`), else the text after
+the last "The answer is" (with or without a colon), else the text after "####" (GSM8K); a model's free-form response
+falls back to its last number, a reference answer field without any marker is taken whole when it is one line
+(MATH-500's bare `answer`).
 
-Equivalence (after `normalize`: no `$`, `\\left`/`\\right`, spacing commands, `\\text{}` wrappers, degree and
-percent signs, trailing units and periods; `\\dfrac`/`\\tfrac` → `\\frac`, `\\frac12` → `\\frac{1}{2}`, `a/b` →
-`\\frac{a}{b}`, thousands separators dropped): equal strings; equal numbers (fractions against decimals, relative
-1e-6); tuples/intervals element by element with the same brackets; bare comma lists as multisets; otherwise sympy on
-a small LaTeX → sympy translation, where it parses: a − b simplifies to 0, or both are numbers equal to 1e-6.
+Equivalence: `equivalent(prediction, reference)`, Hugging Face's math-verify (LaTeX and plain expressions, sets,
+intervals, matrices, equations) with the rules of `toolkit.uq.math_judge` (integers and fractions exact; a tolerance
+only when the reference is a decimal; base-n numerals). Each judgement runs in a worker process that is killed past
+`timeout_s` (math-verify's own SIGALRM timeouts work only in a main thread): a judgement that does not finish in
+time is "not equal" and counted in the caller's `JudgeStats`, so the judge is safe from any thread.
 """
 
 from __future__ import annotations
 
-import math
+import atexit
+import json
+import os
+import queue
 import re
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _ANSWER_IS = re.compile(r"the\s+(?:final\s+)?answer\s+is\s*:?", re.IGNORECASE)
@@ -88,196 +97,113 @@ def reference_final(text: str) -> str | None:
     return text if text and "\n" not in text else None
 
 
-# ------------------------------------------------------------------------------------------ normalisation
-_WRAPPERS = ("\\text", "\\textbf", "\\textit", "\\textrm", "\\mathrm", "\\mathbf", "\\mbox", "\\textnormal",
-             "\\operatorname")
-
-
-def _unwrap(text: str, command: str) -> str:
-    """`\\command{x}` → `x` for every occurrence (nested braces kept balanced)."""
-    out, i = [], 0
-    while True:
-        at = text.find(command + "{", i)
-        if at < 0:
-            return "".join(out) + text[i:]
-        group = _braced(text, at + len(command))
-        if group is None:
-            return "".join(out) + text[i:]
-        out.append(text[i:at] + group[0])
-        i = group[1]
-
-
-def _fix_fracs(text: str) -> str:
-    """`\\frac12` → `\\frac{1}{2}`, `\\frac1{b}` → `\\frac{1}{b}`, `\\frac{a}2` → `\\frac{a}{2}`."""
-    text = re.sub(r"\\frac\s*(\d)\s*(\d)", r"\\frac{\1}{\2}", text)
-    text = re.sub(r"\\frac\s*([0-9a-zA-Z])\s*\{", r"\\frac{\1}{", text)
-    return re.sub(r"\\frac\{([^{}]*)\}\s*([0-9a-zA-Z])", r"\\frac{\1}{\2}", text)
-
-
-def normalize(answer: str) -> str:
-    """Canonical text of a final answer (module docstring); spaces removed at the end."""
-    s = answer.strip().replace("\n", " ")
-    s = s.replace("\\$", "").replace("$", "")
-    s = re.sub(r"\\(?:left|right)\s*\.", "", s)  # invisible delimiters
-    s = re.sub(r"\\(?:left|right|bigg|Bigg|big|Big)(?![a-zA-Z])", "", s)
-    s = re.sub(r"\\[!,;: ]", " ", s).replace("~", " ").replace("\\displaystyle", "")
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    for command in _WRAPPERS:
-        s = _unwrap(s, command)
-    s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?", "", s).replace("°", "").replace("\\degree", "")
-    s = s.replace("\\%", "").replace("%", "")
-    s = re.sub(r"\\sqrt\s*(\d|[a-zA-Z])", r"\\sqrt{\1}", s)
-    s = _fix_fracs(s)
-    s = s.strip().rstrip(".").strip()
-    # a trailing unit after a plain number: "5 cm", "10 inches", "12 dollars" (a word of two or more letters)
-    unit = re.fullmatch(r"(-?[\d.,]+|\\frac\{\d+\}\{\d+\})\s+([a-zA-Z]{2,}\.?\s*)+", s)
-    if unit and unit.group(2).strip(". ").lower() not in {"pi"}:
-        s = unit.group(1)
-    s = re.sub(r"^[a-zA-Z]\s*=\s*(?=[^=]+$)", "", s)  # "x = 5" → "5" (one assignment only)
-    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s.replace(" ", "")):
-        s = s.replace(",", "")
-    s = re.sub(r"(?<![\d.])\.(\d)", r"0.\1", s)  # ".5" → "0.5"
-    s = s.replace(" ", "")
-    slash = re.fullmatch(r"(-?\d+)/(\d+)", s)
-    if slash:
-        s = f"\\frac{{{slash.group(1)}}}{{{slash.group(2)}}}"
-    return s
-
-
 # ------------------------------------------------------------------------------------------ equivalence
-def _number(s: str) -> float | None:
-    """A plain number, `\\frac{a}{b}` or `-\\frac{a}{b}` of plain numbers, else None."""
-    try:
-        return float(s)
-    except ValueError:
-        pass
-    frac = re.fullmatch(r"(-?)\\frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}", s)
-    if frac:
+TIMEOUT_S = 10.0  # wall seconds per judgement (parsing both answers and comparing them)
+STARTUP_S = 300.0  # the worker's start: importing sympy and math-verify, one warm-up judgement
+
+
+@dataclass
+class JudgeStats:
+    """Counts over the judgements of one run: `timeouts` were cut at the time limit (judged not equal);
+    `unparsed` had an answer math-verify could not read as mathematics (judged by its text comparison)."""
+
+    judged: int = 0
+    timeouts: int = 0
+    unparsed: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Worker:
+    """One `python -m toolkit.uq.math_judge` process, started on first use and again after it is killed; one
+    judgement at a time (a lock), so any thread may call it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen | None = None
+        self.lines: queue.Queue | None = None
+        self.pid = os.getpid()
+
+    def _start(self) -> None:
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen([sys.executable, "-m", "toolkit.uq.math_judge"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                     env=env)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+        ready = self._answer(STARTUP_S)
+        if ready is None or not ready.get("ready"):
+            self.stop()
+            from toolkit.core.errors import ResourceError
+
+            raise ResourceError("the math-answer judge (python -m toolkit.uq.math_judge) did not start",
+                                "is math-verify installed? pip install 'math-verify[antlr4_13_2]'")
+
+    @staticmethod
+    def _read(proc: subprocess.Popen, lines: queue.Queue) -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    def _answer(self, timeout_s: float) -> dict | None:
         try:
-            value = float(frac.group(2)) / float(frac.group(3))
-        except (ValueError, ZeroDivisionError):
+            line = self.lines.get(timeout=timeout_s)
+        except queue.Empty:
             return None
-        return -value if frac.group(1) else value
-    return None
+        return json.loads(line) if line else None
+
+    def stop(self) -> None:
+        if self.proc is not None and os.getpid() == self.pid:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc, self.lines = None, None
+
+    def ask(self, prediction: str, reference: str, timeout_s: float) -> dict | None:
+        """The worker's verdict, or None when it did not answer within timeout_s (the worker is then killed)."""
+        with self.lock:
+            if os.getpid() != self.pid:  # a forked child: the parent's worker is not ours
+                self.proc, self.lines, self.pid = None, None, os.getpid()
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+            try:
+                self.proc.stdin.write(json.dumps({"p": prediction, "r": reference}) + "\n")
+                self.proc.stdin.flush()
+            except OSError:
+                self.stop()
+                return None
+            verdict = self._answer(timeout_s)
+            if verdict is None:
+                self.stop()
+            return verdict
 
 
-def _split_top(s: str) -> list[str]:
-    """Split at commas outside any bracket."""
-    parts, depth, current = [], 0, ""
-    for ch in s:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return parts + [current]
+_WORKER = _Worker()
+atexit.register(_WORKER.stop)
+_CACHE: dict[tuple[str, str], dict] = {}
 
 
-_LATEX_TO_SYMPY = [(r"\\pi(?![a-zA-Z])", " pi "), (r"\\infty", " oo "), (r"\\cdot|\\times", "*"), (r"\\div", "/"),
-                   (r"\\ln(?![a-zA-Z])", "log"), (r"\\log(?![a-zA-Z])", "log"), (r"\\(sin|cos|tan|exp)", r"\1")]
-
-
-def _latex_to_sympy_text(s: str) -> str | None:
-    """A small LaTeX → sympy-syntax translation (fractions, roots, powers, π, ∞, products); None when commands
-    it does not know remain."""
-    for _ in range(20):  # innermost first: \frac{a}{b} → ((a)/(b)), \sqrt{a} → sqrt(a), \sqrt[n]{a}
-        new = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", s)
-        new = re.sub(r"\\sqrt\[([^{}\[\]]*)\]\{([^{}]*)\}", r"((\2)**(1/(\1)))", new)
-        new = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", new)
-        if new == s:
-            break
-        s = new
-    for pattern, replacement in _LATEX_TO_SYMPY:
-        s = re.sub(pattern, replacement, s)
-    if "\\" in s:
-        return None
-    return s.replace("{", "(").replace("}", ")").replace("^", "**")
-
-
-_SAFE_NAMES = {"sqrt", "pi", "oo", "log", "sin", "cos", "tan", "exp", "E", "I"}
-
-
-def _safe(text: str) -> bool:
-    """parse_expr evaluates Python: allow only arithmetic on numbers, one-letter symbols and a few function names,
-    and only small literal (or one-letter) exponents, so that neither code nor 9^(9^9) reaches it."""
-    if not re.fullmatch(r"[0-9A-Za-z+\-*/().\s]*", text) or "__" in text:
-        return False
-    if any(len(name) > 1 and name not in _SAFE_NAMES for name in re.findall(r"[A-Za-z_]+", text)):
-        return False
-    exponents = re.findall(r"\*\*\s*(\(?[^()]*\)?)", text)
-    return all(re.fullmatch(r"\(?\s*-?(\d{1,3}|[A-Za-z]|\d{1,3}\s*/\s*\d{1,3})\s*\)?", e.strip()) for e in exponents)
-
-
-def _sympy(s: str):
-    if len(s) > 200:
-        return None
-    text = _latex_to_sympy_text(s)
-    if text is None or not _safe(text):
-        return None
-    try:
-        from sympy.parsing.sympy_parser import (
-            convert_xor,
-            implicit_multiplication_application,
-            parse_expr,
-            standard_transformations,
-        )
-
-        return parse_expr(text, transformations=standard_transformations + (implicit_multiplication_application,
-                                                                            convert_xor), evaluate=True)
-    except Exception:  # noqa: BLE001 — any parse failure means "not parseable", never an error of the caller
-        return None
-
-
-def _sympy_equal(a: str, b: str) -> bool:
-    x, y = _sympy(a), _sympy(b)
-    if x is None or y is None:
-        return False
-    try:
-        import sympy
-
-        if not x.free_symbols and not y.free_symbols:
-            fx, fy = complex(sympy.N(x)), complex(sympy.N(y))
-            return abs(fx - fy) <= 1e-6 * max(1.0, abs(fx), abs(fy))
-        return sympy.simplify(x - y) == 0
-    except Exception:  # noqa: BLE001 — sympy cannot decide: not equivalent
-        return False
-
-
-def _equal_normalized(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    if a.isalpha() and b.isalpha():
-        return a.lower() == b.lower()
-    x, y = _number(a), _number(b)
-    if x is not None and y is not None:
-        return math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9)
-    if len(a) >= 2 and len(b) >= 2 and a[0] in "([" and b[0] in "([" and a[-1] in ")]" and b[-1] in ")]":
-        left, right = _split_top(a[1:-1]), _split_top(b[1:-1])
-        if len(left) > 1 or len(right) > 1:  # a tuple or an interval: same brackets, element by element
-            return ((a[0], a[-1]) == (b[0], b[-1]) and len(left) == len(right)
-                    and all(_equal_normalized(p, q) for p, q in zip(left, right)))
-    left, right = _split_top(a), _split_top(b)
-    if len(left) > 1 or len(right) > 1:  # a bare list of solutions: the same multiset
-        if len(left) != len(right):
-            return False
-        remaining = list(right)
-        for p in left:
-            match = next((q for q in remaining if _equal_normalized(p, q)), None)
-            if match is None:
-                return False
-            remaining.remove(match)
-        return True
-    if "=" in a or "=" in b:
-        return False
-    return _sympy_equal(a, b)
-
-
-def equivalent(prediction: str | None, reference: str | None) -> bool:
-    """Whether two final answers are the same mathematical answer (module docstring)."""
+def equivalent(prediction: str | None, reference: str | None, stats: JudgeStats | None = None,
+               timeout_s: float | None = None) -> bool:
+    """Whether the prediction is the reference's answer (module docstring; rules in toolkit.uq.math_judge). Not
+    symmetric in one respect: a decimal prediction is held to exactness unless the reference is itself a decimal.
+    A judgement that takes longer than timeout_s (default TIMEOUT_S) is False and counted in stats.timeouts."""
+    if stats is not None:
+        stats.judged += 1
     if prediction is None or reference is None:
         return False
-    return _equal_normalized(normalize(prediction), normalize(reference))
+    key = (prediction, reference)
+    verdict = _CACHE.get(key)
+    if verdict is None:
+        verdict = _WORKER.ask(prediction, reference, TIMEOUT_S if timeout_s is None else timeout_s)
+        if verdict is None:
+            if stats is not None:
+                stats.timeouts += 1
+            return False
+        if len(_CACHE) < 100_000:
+            _CACHE[key] = verdict
+    if stats is not None and not verdict["parsed"]:
+        stats.unparsed += 1
+    return bool(verdict["equal"])

@@ -100,9 +100,10 @@ def best_of_n_accuracy(correct: np.ndarray, scores: np.ndarray) -> float:
     return float(np.mean([row_correct[tokur.best_of_n(list(row))] for row_correct, row in zip(correct, scores)]))
 
 
-def majority_vote_accuracy(correct: np.ndarray, finals: list[list[str | None]]) -> float:
+def majority_vote_accuracy(correct: np.ndarray, finals: list[list[str | None]], stats=None) -> float:
     """Accuracy of self-consistency: each question keeps the answer most of its candidates agree on (answers
-    grouped by math equivalence; no answer never wins; ties go to the group seen first)."""
+    grouped by math equivalence, judgements counted in `stats` (a math_answer.JudgeStats) when given; no answer
+    never wins; ties go to the group seen first)."""
     from toolkit.uq.math_answer import equivalent
 
     picks = []
@@ -111,7 +112,7 @@ def majority_vote_accuracy(correct: np.ndarray, finals: list[list[str | None]]) 
         for i, final in enumerate(row_finals):
             if final is None:
                 continue
-            group = next((g for g in groups if equivalent(final, row_finals[g[0]])), None)
+            group = next((g for g in groups if equivalent(final, row_finals[g[0]], stats)), None)
             if group is None:
                 groups.append([i])
             else:
@@ -131,8 +132,9 @@ def selection_rows(correct: np.ndarray, scores: np.ndarray) -> list[dict]:
 def run_tokur(config: TokURConfig, ctx) -> dict:
     from toolkit.eval.metrics import auroc
     from toolkit.models.source import load_model
-    from toolkit.uq.math_answer import equivalent, predicted_final
+    from toolkit.uq.math_answer import JudgeStats, equivalent, predicted_final
 
+    judge = JudgeStats()
     items = load_problems(config.data, config.limit)
     require("{question}" in config.prompt_template, "prompt_template must contain {question}")
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)
@@ -178,7 +180,7 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
                 summary = {name: tokur.aggregate(values, config.aggregate) for name, values in parts.items()}
                 text = tokenizer.decode(response, skip_special_tokens=True)
                 final = predicted_final(text)
-                ok = equivalent(final, item["final"])
+                ok = equivalent(final, item["final"], judge)
                 row_correct.append(ok)
                 row_finals.append(final)
                 for name, value in summary.items():
@@ -198,10 +200,13 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
         aurocs = {name: auroc([r[name] for r in records], errors) for name in ("total", "aleatoric", "epistemic")}
     by_score = {name: np.array([row[name] for row in scores]) for name in ("total", "aleatoric", "epistemic")}
     rows = selection_rows(correct_arr, by_score[config.score])
-    rows.append({"selection": "majority", "accuracy": majority_vote_accuracy(correct_arr, finals)})
+    rows.append({"selection": "majority", "accuracy": majority_vote_accuracy(correct_arr, finals, judge)})
     rows += [{"selection": f"tokur-{name}", "accuracy": best_of_n_accuracy(correct_arr, values)}
              for name, values in by_score.items() if name != config.score]
+    if judge.timeouts:
+        ctx.warn(f"{judge.timeouts} of {judge.judged} answer judgements passed the judge's time limit and were judged "
+                 "not equal (metrics.judge)")
     ctx.inputs["model"] = config.model
     ctx.metrics.update(sigma=sigma, sigma_search=trace, auroc=aurocs.get(config.score), auroc_by_score=aurocs,
-                       n_questions=len(items), n_responses=len(records), rows=rows)
+                       judge=judge.as_dict(), n_questions=len(items), n_responses=len(records), rows=rows)
     return {"sigma": sigma, "auroc": aurocs.get(config.score), "rows": rows}
