@@ -98,12 +98,12 @@ def child_merge(models: str, out: str) -> dict:
     import torch  # noqa: F401
 
     from toolkit.core.context import RunContext
-    from toolkit.merge.weightspace import AverageConfig, run_average
+    from toolkit.merge.weightspace import AverageConfig, run_weightspace
 
     baseline = rss_bytes()
     ctx = RunContext(out=Path(out), quiet=True)
     started = time.perf_counter()
-    run_average(AverageConfig(models=models.split(",")), ctx)
+    run_weightspace(AverageConfig(models=models.split(",")), ctx)
     return {"seconds": round(time.perf_counter() - started, 1), "peak_rss_mb": round(peak_rss_bytes() / MB),
             "baseline_rss_mb": round(baseline / MB), "streamed": ctx.metrics.get("streamed"),
             "output_mb": round(dir_bytes(Path(out) / "model") / MB, 1)}
