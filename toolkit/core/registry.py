@@ -88,6 +88,23 @@ class Registry:
         return iter([self._entries[n] for n in sorted(self._entries)])
 
 
+def protocol_members(protocol: type) -> set[str]:
+    """The public attributes and methods a typing.Protocol declares (what a plug-in must provide and all the runner
+    may use); the tests of each room check the runner against it."""
+    names = set(vars(protocol).get("__annotations__", {}))
+    names |= {n for n, v in vars(protocol).items() if callable(v) and (not n.startswith("_") or n == "__call__")}
+    return names
+
+
+def conforms(obj: Any, protocol: type) -> bool:
+    """Whether a registered callable takes the parameters of `protocol.__call__` (same names, in order)."""
+    import inspect
+
+    wanted = list(inspect.signature(protocol.__call__).parameters)[1:]
+    return list(inspect.signature(obj).parameters)[:len(wanted)] == wanted and \
+        len(inspect.signature(obj).parameters) == len(wanted)
+
+
 _REGISTRIES: dict[str, Registry] = {}
 
 

@@ -56,11 +56,29 @@ def upper_blocks_only(ectx: EditContext, stub: nn.Module, last_edit_layer: int):
 
 
 class ValueAlignment(Protocol):
-    """An extra per-request loss on δ (EAMET's embedding alignment); requests are numbered within the batch."""
+    """An extra per-request loss on δ (EAMET's embedding alignment), what a registered edit method may return.
+    edit/run.py and optimise_values call exactly these members (tests/unit/test_edit_registry.py runs an edit with
+    an object that has nothing else). Requests are numbered within the current batch."""
 
-    def loss(self, delta: torch.Tensor, span: range) -> torch.Tensor: ...
+    # True: request i's loss depends on the final δ of the requests before it, so requests are optimised one at a
+    # time (EAMET); False: chunks of config.opt_batch requests are optimised together, as MEMIT's.
+    sequential: bool
 
-    def record(self, delta: torch.Tensor, span: range) -> None: ...
+    def begin_batch(self, keys_z: torch.Tensor) -> None:
+        """Before a batch's values are optimised: its requests' keys at the last edit layer, (n, d_k)."""
+
+    def loss(self, delta: torch.Tensor, span: range) -> torch.Tensor:
+        """The extra loss of the requests in `span` given their current δ (len(span), d): one value per request."""
+
+    def record(self, delta: torch.Tensor, span: range) -> None:
+        """After the requests in `span` are optimised: their final δ."""
+
+
+class EditMethod(Protocol):
+    """A registered edit method (`@register("edit", NAME, config=...)`, toolkit/edit/methods/): MEMIT's pipeline
+    with the value strategy it returns for its config, a ValueAlignment or None (MEMIT's plain objective)."""
+
+    def __call__(self, config: MemitConfig) -> ValueAlignment | None: ...
 
 
 def optimise_values(ectx: EditContext, requests: list[EditRequest], keys_z: torch.Tensor, config: MemitConfig,
@@ -68,19 +86,19 @@ def optimise_values(ectx: EditContext, requests: list[EditRequest], keys_z: torc
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """δ for every request (prompts under ectx.templates); returns (δ, h, final target NLL): (n, d), (n, d), (n,).
 
-    Without an alignment, chunks of config.opt_batch requests are optimised together: each row is its own problem
-    (MaskedAdam, per-request early stop), so a chunk gives the δ each request gets alone. With an alignment
-    (EAMET) request i's loss depends on the final δ of the requests before it, so requests go one at a time, as
-    in the official code: a batched chunk would let them see each other's moving δ and give other δ."""
+    Chunks of config.opt_batch requests are optimised together: each row is its own problem (MaskedAdam,
+    per-request early stop), so a chunk gives the δ each request gets alone. An alignment that declares itself
+    `sequential` (EAMET: request i's loss depends on the final δ of the requests before it) gets one request at a
+    time, as in the official code: a batched chunk would let them see each other's moving δ and give other δ."""
     deltas, inits, nlls = [], [], []
-    size = 1 if alignment else config.opt_batch
+    size = 1 if alignment is not None and alignment.sequential else config.opt_batch
     chunks = range(0, len(requests), size)
     for start in (ectx.progress(chunks, description="values") if ectx.progress else chunks):
         span = range(start, min(start + size, len(requests)))
-        extra = (lambda d, s=span: alignment.loss(d, s)) if alignment else None
+        extra = (lambda d, s=span: alignment.loss(d, s)) if alignment is not None else None
         delta, init, nll = _optimise_chunk(ectx, [requests[i] for i in span], keys_z[span.start:span.stop],
                                            config, layer, extra)
-        if alignment:
+        if alignment is not None:
             alignment.record(delta, span)
         deltas.append(delta)
         inits.append(init)
