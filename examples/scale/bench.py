@@ -62,7 +62,7 @@ def child_compress(model: str, method: str, out: str, threads: str = "0") -> dic
     if int(threads) > 0:  # the benchmark's own process policy (the CLI's --threads does the same in the runner)
         torch.set_num_threads(int(threads))
 
-    from toolkit.compress.baselines import GptqConfig
+    from toolkit.compress.config import GptqConfig
     from toolkit.compress.obr import ObrConfig
     from toolkit.compress.recipe import run_compress
     from toolkit.core.context import RunContext

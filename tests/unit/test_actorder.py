@@ -4,7 +4,7 @@ Hessians, and the column permutation is undone exactly."""
 import pytest
 import torch
 
-from toolkit.compress.baselines import GptqConfig
+from toolkit.compress.config import GptqConfig
 from toolkit.compress.quant import fit_grid, fit_weight_scale, quantize_rows
 from toolkit.compress.recipe import compress_linear
 from toolkit.compress.solvers import activation_order, damp_hessian, gptq

@@ -58,5 +58,9 @@ def make_mask(scores: torch.Tensor, sparsity: float, nm: tuple[int, int] | None)
 
 
 def check_sparsity(sparsity: float) -> None:
-    if not 0.0 <= sparsity < 1.0:
-        raise BadInputError(f"sparsity must be in [0, 1), got {sparsity}")
+    """config.sparsity_problem's rule, as bad input (for the solvers' direct callers)."""
+    from toolkit.compress.config import sparsity_problem
+
+    problem = sparsity_problem(sparsity)
+    if problem:
+        raise BadInputError(problem)
