@@ -210,6 +210,36 @@ def _target_nll(lm_head: nn.Module, last: torch.Tensor, rows: list[Row], picked:
     return torch.zeros(n, device=device).index_add(0, owner, token_nll) / prompts_per_request
 
 
+def _start(config: MemitConfig, h_init: torch.Tensor, keys_z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(δ's start, the bound of ‖δ‖ per request): 0 or EAMET's ‖k‖·h/‖h‖ (where ‖h‖ < 100); clamp_factor·‖h‖
+    (MEMIT) or ·‖k‖ (EAMET)."""
+    delta = torch.zeros_like(h_init)
+    if config.init == "target":
+        key_norm = keys_z.norm(dim=-1, keepdim=True)
+        h_norm = h_init.norm(dim=-1, keepdim=True)
+        delta = torch.where(h_norm < 100, key_norm * h_init / h_norm.clamp_min(1e-12), delta)
+    max_norm = config.clamp_factor * (h_init.norm(dim=-1) if config.clamp == "h" else keys_z.norm(dim=-1))
+    return delta, max_norm
+
+
+def _essence_kl(runner: _SuffixRunner, lm_head: nn.Module, picked: list[int], n: int, kl_init: torch.Tensor,
+                first: bool) -> torch.Tensor:
+    """Per request: KL(now ‖ start) of the next-token distribution after "{subject} is a" (the essence rows
+    `picked`); on the first step the start distributions are stored in kl_init."""
+    device = kl_init.device
+    kl = torch.zeros(n, device=device)
+    suffixes = runner.rows
+    for group in length_groups(suffixes, picked):
+        last = runner.forward(group)
+        ends = torch.tensor([len(suffixes[i].ids) - 1 for i in group], device=device)
+        owner = torch.tensor([suffixes[i].request for i in group], device=device)
+        ess = torch.log_softmax(lm_head(last[torch.arange(len(group)), ends]).float(), dim=-1)
+        if first:
+            kl_init[owner] = ess.detach()
+        kl = kl.index_add(0, owner, (ess.exp() * (ess - kl_init[owner])).sum(-1))  # KL(now ‖ start)
+    return kl
+
+
 def _optimise_chunk(ectx: EditContext, requests, keys_z, config, layer, alignment):
     tokenizer, templates, device, lm_head = ectx.tokenizer, ectx.templates, ectx.device, ectx.lm_head
     rows = prompt_rows(tokenizer, requests, templates, with_target=True)
@@ -220,13 +250,7 @@ def _optimise_chunk(ectx: EditContext, requests, keys_z, config, layer, alignmen
     suffixes = runner.rows
     h_init = runner.subject_states([i for i in range(len(rows)) if i % len(templates) == 0])  # template ""
 
-    delta = torch.zeros_like(h_init)
-    if config.init == "target":
-        key_norm = keys_z.norm(dim=-1, keepdim=True)
-        h_norm = h_init.norm(dim=-1, keepdim=True)
-        delta = torch.where(h_norm < 100, key_norm * h_init / h_norm.clamp_min(1e-12), delta)
-    max_norm = config.clamp_factor * (h_init.norm(dim=-1) if config.clamp == "h" else keys_z.norm(dim=-1))
-
+    delta, max_norm = _start(config, h_init, keys_z)
     n = len(requests)
     prompts_per_request = torch.bincount(torch.tensor([r.request for r in rows]), minlength=n).float().to(device)
     adam = MaskedAdam(delta.shape, config.v_lr, device=device)
@@ -242,15 +266,7 @@ def _optimise_chunk(ectx: EditContext, requests, keys_z, config, layer, alignmen
             for group in length_groups(suffixes, [i for i, r in enumerate(rows) if active[r.request]]):
                 last = runner.forward(group)
                 step_nll = step_nll + _target_nll(lm_head, last, suffixes, group, n, prompts_per_request)
-            kl = torch.zeros(n, device=device)
-            for group in length_groups(suffixes, [len(rows) + int(q) for q in live]):
-                last = runner.forward(group)
-                ends = torch.tensor([len(suffixes[i].ids) - 1 for i in group], device=device)
-                owner = torch.tensor([suffixes[i].request for i in group], device=device)
-                ess = torch.log_softmax(lm_head(last[torch.arange(len(group)), ends]).float(), dim=-1)
-                if step == 0:
-                    kl_init[owner] = ess.detach()
-                kl = kl.index_add(0, owner, (ess.exp() * (ess - kl_init[owner])).sum(-1))  # KL(now ‖ start)
+            kl = _essence_kl(runner, lm_head, [len(rows) + int(q) for q in live], n, kl_init, step == 0)
             loss = step_nll + config.kl_factor * kl
             loss = loss + config.v_weight_decay * delta.norm(dim=-1) / h_init.norm(dim=-1).square()
             if alignment is not None:

@@ -137,7 +137,6 @@ def _top(data: dict, method: str, entry: Entry, notes: list[str]) -> dict:
 
 def _models(data: dict, method: str, entry: Entry, top: dict, notes: list[str]) -> dict:
     """The translated values of a `models:` config: models, base, per-model and global parameters."""
-    params_map = entry.meta.get("mergekit_params", {})
     base = data.get("base_model")
     if base is not None and not isinstance(base, str):
         raise BadInputError("mergekit base_model must be a model name")
@@ -145,13 +144,41 @@ def _models(data: dict, method: str, entry: Entry, top: dict, notes: list[str]) 
         raise BadInputError(f"mergekit {method} needs a base_model")
     if base and not entry.needs_base:
         notes.append(f"{method} ignores base_model (as mergekit does)")
-    listed = data.get("models")
     if "slices" in data:
         raise BadInputError(f"mergekit 'slices' (layer ranges per model) are not supported for {method}",
                             "give whole models under 'models' (slices: merge_method passthrough)")
+    models, per = _per_model(data.get("models"), method, entry, top, base)
+    least = entry.meta.get("min_models", 2)
+    if len(models) < least:
+        raise BadInputError(f"a {method} merge needs at least {least} models" if least > 1 else
+                            f"mergekit {method} lists no models besides the base model")
+    values: dict = {"models": models, **({"base": base} if entry.needs_base else {})}
+    for p, (name, scope) in entry.meta.get("mergekit_params", {}).items():
+        if name is None:
+            if p in top:
+                notes.append(f"ignored '{p}' (a mergekit memory saving; the merged values do not change)")
+        elif scope == "global" and p in top:
+            values[name] = _setting(top[p], p, "mergekit parameters")
+        elif scope == "model":
+            if p == "density" and not per[p]:
+                per[p] = [1.0] * len(models)  # mergekit's default density
+            if per[p]:
+                values[name] = per[p]
+        elif scope == "same" and per[p]:
+            if len({repr(v) for v in per[p]}) != 1:
+                raise BadInputError(f"mergekit {method}: per-model '{p}' values differ ({per[p]})",
+                                    f"iclrkit takes one {p} for every model")
+            values[name] = per[p][0]
+    fold = entry.meta.get("mergekit_fold")
+    return fold(values, values.pop("weights", None)) if fold else values
+
+
+def _per_model(listed, method: str, entry: Entry, top: dict, base: str | None) -> tuple[list[str], dict]:
+    """(the merged models, {per-model parameter: its value for each}) from `models:` (the base skipped for a method
+    with a base, as mergekit does); a per-model parameter may come from the top-level `parameters`."""
     if not isinstance(listed, list) or not listed:
         raise BadInputError("mergekit config has no 'models' list")
-    per_model = [p for p, (_, scope) in params_map.items() if scope in ("model", "same")]
+    per_model = [p for p, (_, scope) in entry.meta.get("mergekit_params", {}).items() if scope in ("model", "same")]
     models, per = [], {p: [] for p in per_model}
     for index, item in enumerate(listed):
         name, params = _model_name(item, index)
@@ -172,29 +199,7 @@ def _models(data: dict, method: str, entry: Entry, top: dict, notes: list[str]) 
         _check_model(name, f"mergekit models[{index}]")
     if base and entry.needs_base:
         _check_model(base, "mergekit base_model")
-    least = entry.meta.get("min_models", 2)
-    if len(models) < least:
-        raise BadInputError(f"a {method} merge needs at least {least} models" if least > 1 else
-                            f"mergekit {method} lists no models besides the base model")
-    values: dict = {"models": models, **({"base": base} if entry.needs_base else {})}
-    for p, (name, scope) in params_map.items():
-        if name is None:
-            if p in top:
-                notes.append(f"ignored '{p}' (a mergekit memory saving; the merged values do not change)")
-        elif scope == "global" and p in top:
-            values[name] = _setting(top[p], p, "mergekit parameters")
-        elif scope == "model":
-            if p == "density" and not per[p]:
-                per[p] = [1.0] * len(models)  # mergekit's default density
-            if per[p]:
-                values[name] = per[p]
-        elif scope == "same" and per[p]:
-            if len({repr(v) for v in per[p]}) != 1:
-                raise BadInputError(f"mergekit {method}: per-model '{p}' values differ ({per[p]})",
-                                    f"iclrkit takes one {p} for every model")
-            values[name] = per[p][0]
-    fold = entry.meta.get("mergekit_fold")
-    return fold(values, values.pop("weights", None)) if fold else values
+    return models, per
 
 
 def _slices(data: dict, method: str, entry: Entry, top: dict) -> dict:

@@ -51,8 +51,6 @@ def _is_post(name: str) -> bool:
           epilog="Examples: iclrkit merge passthrough --config frankenmerge.yaml -o merged | "
                  "iclrkit merge mergekit passthrough.yml -o merged")
 def passthrough(config: PassthroughConfig, ctx) -> None:
-    import json
-
     from toolkit.core.errors import require
     from toolkit.merge.common import (
         DTYPES,
@@ -72,9 +70,7 @@ def passthrough(config: PassthroughConfig, ctx) -> None:
             hint="save each model with save_pretrained first")
     indexes = {m: SafetensorsIndex(m) for m in models}
     names_of = {m: i.names() for m, i in indexes.items()}
-    blocks_of = {m: 1 + max((int(x.group(1)) for n in names_of[m] if (x := LAYER.search(n))), default=-1)
-                 for m in models}
-    entries, blocks = plan(config, names_of, blocks_of)
+    entries, blocks = plan(config, names_of, {m: _blocks(names_of[m], LAYER) for m in models})
     template = indexes[models[0]]
     out_dtype = template.dtype if config.dtype == "auto" else DTYPES[config.dtype]
     work = compute_dtype(config, out_dtype)
@@ -94,11 +90,21 @@ def passthrough(config: PassthroughConfig, ctx) -> None:
     total = write_streamed(out, layout, map(tensor, entries), None)
     write_card(out, template.directory, models, "merge.passthrough", "", {"blocks": blocks}, out_dtype,
                "Passthrough merge (slices of blocks). " + numerics_note(config))
-    path = out / "config.json"
+    _set_depth(out / "config.json", blocks)
+    ctx.metrics.update({"n_models": len(models), "blocks": blocks, "streamed": True,
+                        "dtype": str(out_dtype).removeprefix("torch."), "bytes_written": total})
+
+
+def _blocks(names: list[str], layer) -> int:
+    return 1 + max((int(x.group(1)) for n in names if (x := layer.search(n))), default=-1)
+
+
+def _set_depth(path, blocks: int) -> None:
+    """The output config.json says the new number of blocks."""
+    import json
+
     written = json.loads(path.read_text())
     for key in ("num_hidden_layers", "n_layer", "num_layers"):
         if key in written:
             written[key] = blocks
     path.write_text(json.dumps(written, indent=2, sort_keys=True))
-    ctx.metrics.update({"n_models": len(models), "blocks": blocks, "streamed": True,
-                        "dtype": str(out_dtype).removeprefix("torch."), "bytes_written": total})
