@@ -23,11 +23,6 @@ declare("compress", "toolkit.compress.methods")  # every module there registers 
 BASE_FLAGS = ["model", "data", "eval_data", "w_bits", "a_bits", "kv_bits", "kv_quant", "sparsity", "nm", "group_size",
               "nsamples", "seqlen", "rotate"]
 
-def sparsity_problem(value: float) -> str | None:
-    """The one sparsity rule (the config's validator and masks.check_sparsity both apply it)."""
-    return None if 0.0 <= value < 1.0 else f"sparsity must be in [0, 1), got {value}"
-
-
 # the KV-cache quantizer (toolkit.compress.quant.kv_quant_params): token-sym = QuaRot's KV4 (symmetric, one scale per
 # token over all KV heads); head-asym = asymmetric min/max per token and head (the only scheme before 2026-12-03)
 KvQuant = Literal["token-sym", "head-asym"]
@@ -115,6 +110,8 @@ class CompressConfig(BaseConfig):
     @field_validator("sparsity")
     @classmethod
     def _sparsity(cls, value: float) -> float:
+        from toolkit.compress.masks import sparsity_problem
+
         problem = sparsity_problem(value)
         if problem:
             raise ValueError(problem)

@@ -4,6 +4,7 @@ a registered tensor-by-tensor method is called (`merge_tensor`), in memory (`mer
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,7 +120,6 @@ class TensorMethod(Protocol):
 
 class MergeCheck(Protocol):
     """Optional `check` metadata: the config against the number of models, once before any tensor is merged."""
-
     def __call__(self, config: Any, n_models: int) -> None: ...
 
 
@@ -335,9 +335,7 @@ def stream_merge(ctx, config, specs: list[str], base_spec: str | None, technique
     def merged():
         for name in names:
             shape = template.shape_of[name]
-            row = 1
-            for dim in shape[1:]:
-                row *= dim
+            row = math.prod(shape[1:])
             if method.rowwise and len(shape) >= 1 and shape[0] * row > STREAM_CHUNK:
                 step = max(1, STREAM_CHUNK // max(row, 1))
                 yield name, torch.cat([merge(name, (r, min(r + step, shape[0]))) for r in range(0, shape[0], step)])

@@ -23,8 +23,7 @@ class Estimator(Protocol):
 
 def estimator(method: str):
     """The registry entry of estimator `method` (unknown: one BadInputError line listing the known ones)."""
-    import toolkit.steer.run  # noqa: F401 - declares the registry's method modules
-    from toolkit.core.registry import registry
+    from toolkit.core.registry import registry  # toolkit/steer/__init__.py declares the estimators' modules
 
     return registry("steer").get(method)
 

@@ -17,9 +17,8 @@ from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
 from toolkit.core.fields import data_field, layers_field, model_field, onload_field
 from toolkit.core.records import JsonlWriter
-from toolkit.core.registry import declare, registry
+from toolkit.core.registry import registry
 
-declare("steer", "toolkit.steer.methods")  # every module there registers its estimator(s)
 Method = str  # a registered estimator (toolkit/steer/methods/): pcms, ums, ilcs, ...
 
 

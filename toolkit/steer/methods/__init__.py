@@ -1,6 +1,6 @@
 """The registered direction estimators, one module each (`@register("steer", NAME, paired=..., help=...)`).
 
-Every module in this package is imported on the first lookup of the "steer" registry (toolkit/steer/run.py declares
+Every module in this package is imported on the first lookup of the "steer" registry (toolkit/steer/__init__.py declares
 it), so a new estimator is one file here and its test: `iclrkit steer NAME` (with --config, --dry-run, run.json),
 `steer sweep --method NAME` and the split-half stability find it by name. An estimator is a
 toolkit.steer.estimators.Estimator: `fn(undesired, neutral, pair_index) -> v` on (n, d) activation matrices (rows of
