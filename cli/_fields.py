@@ -89,6 +89,8 @@ def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
         kind = Optional[str]
     elif origin in (list, tuple) and extra.get("style") == "comma":
         item = (typing.get_args(base) or (str,))[0]
+        if typing.get_origin(item) in (Union, types.UnionType):  # a number or a gradient: typed as the number
+            item = next(a for a in typing.get_args(item) if a in (int, float, str))
         kind = Optional[str]
         help_text = f"{help_text} (comma-separated)"
         convert = _comma_list(flag, item)

@@ -7,7 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model: local path, hub id, or zoo:NAME.")]
 DataOpt = Annotated[Optional[str], typer.Option("--data", "-d", help="Text: .txt, .jsonl[:field], 'embedded', or a hub dataset id.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Output directory, written atomically: required "
                                                                     "to run (not with --dry-run).")]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import typer
 
 from cli._fields import config_command
-from toolkit.explain.config import CaveConfig, ConsistencyConfig, FameConfig, VerixConfig
+from toolkit.core.registry import registry
+from toolkit.explain.config import FORMAL_FLAGS, FORMAL_TAIL, CaveConfig, ConsistencyConfig
 
 app = typer.Typer(no_args_is_help=True, help="Explain model decisions.")
 
@@ -27,21 +28,12 @@ def _formal_inputs(typed: dict) -> dict:
     return {"model": typed["model"], "data": typed["data"]}
 
 
-# FAME and its VeriX/VERIX+ baseline: the same images, box, attack and MILP check; each adds its own search knobs
-FORMAL_COMMANDS = {
-    "fame": (FameConfig, ["knapsack", "refine"],
-             "Formal abstract minimal explanations (FAME, arXiv 2603.10661) with CROWN bounds.",
-             "Examples: iclrkit explain fame -m zoo:digits-mlp --out runs/fame | "
-             "iclrkit explain fame -m net.onnx -d images.npz --epsilon 0.02 --verify exact --out runs/f"),
-    "verix": (VerixConfig, ["order", "oracle"],
-              "VeriX/VERIX+-style sequential explanations (baseline) with a CROWN or exact oracle.",
-              "Examples: iclrkit explain verix -m zoo:digits-mlp --out runs/verix | "
-              "iclrkit explain verix -m zoo:digits-mlp --oracle exact -n 10 --out runs/verix-exact"),
-}
-for _name, (_config, _own, _help, _epilog) in FORMAL_COMMANDS.items():
-    config_command(app, _name, config=_config, run=f"toolkit.explain.{_name}:run", plan=_formal_plan,
-                   technique=f"explain.{_name}", help=_help, epilog=_epilog,
-                   flags=["model", "data", "epsilon", "n_samples", *_own, "verify", "attack"], inputs=_formal_inputs)
+# FAME and its VeriX/VERIX+ baseline (toolkit/explain/methods/, one file each): the same images, box, attack and
+# MILP check; each adds its own search knobs. A new explainer registered there appears here by itself.
+for _entry in registry("explain"):
+    config_command(app, _entry.name, config=_entry.config, run=_entry.obj, plan=_formal_plan,
+                   technique=f"explain.{_entry.name}", help=_entry.meta["help"], epilog=_entry.meta.get("epilog"),
+                   flags=[*FORMAL_FLAGS, *_entry.meta.get("flags", []), *FORMAL_TAIL], inputs=_formal_inputs)
 
 config_command(
     app, "cave", config=CaveConfig, run="toolkit.explain.cave_run:run", plan=_cave_plan, technique="explain.cave",

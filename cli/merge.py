@@ -1,6 +1,7 @@
-"""`iclrkit merge latent train|run | average | task-arithmetic | ties | mergekit | padded | zoo | lm-zoo`: model merging.
+"""`iclrkit merge latent train|run | average | task-arithmetic | ties | ... | mergekit | padded | zoo | lm-zoo`: model
+merging.
 
-One command per merge method on the registry (toolkit/merge/methods.py), its options generated from the config's
+One command per merge method on the registry (toolkit/merge/methods/, one file each), its options generated from the config's
 fields (toolkit/merge/config.py): each knob is declared once, there."""
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def _is_mergekit(path) -> bool:
         return False  # resolve_config reports it
 
 
-def _mergekit(path, common: Common, technique: str | None = None) -> None:
+def _mergekit(path, common: Common, technique: str | None = None, numerics: str = "float64") -> None:
     """Translate a mergekit YAML (bad ones: one line, exit 2, before anything is written) and run it."""
     import shlex
     import sys
@@ -91,9 +92,9 @@ def _mergekit(path, common: Common, technique: str | None = None) -> None:
 
     try:
         data, text = mk.read(path)
-        translation = mk.translate(data, text, source=str(path))
-        method = translation.config.merge_method
-        if technique is not None and mk.technique_of(method) != technique:
+        translation = mk.translate(data, text, source=str(path), numerics=numerics)
+        method = translation.merge_method
+        if technique is not None and f"merge.{translation.entry.name}" != technique:
             raise BadInputError(f"{path} is a mergekit {method} config, but this is `iclrkit {technique.replace('.', ' ')}`",
                                 f"run `iclrkit merge mergekit {path}`")
         if common.set:
@@ -102,11 +103,11 @@ def _mergekit(path, common: Common, technique: str | None = None) -> None:
         fail(exc)
     command = "iclrkit " + shlex.join(sys.argv[1:])
     config = translation.config
-    execute(technique=f"merge.mergekit.{method}", config_cls=mk.MergekitConfig, flags=config.model_dump(),
+    execute(technique=f"merge.mergekit.{method}", config_cls=type(config), flags=config.model_dump(),
             common=replace(common, config=None, extra_inputs={**common.extra_inputs, "mergekit_config": str(path)}),
             run=lambda cfg, ctx: mk.run_mergekit(cfg, ctx, translation, command),
             plan=lambda cfg, ctx: {"equivalent_command": translation.equivalent, "notes": translation.notes},
-            inputs=_inputs(config.models, config.base))
+            inputs=_inputs(config.models, getattr(config, "base", None)))
 
 
 _latent_train = config_command(
@@ -119,27 +120,39 @@ _latent_train = config_command(
     execute_with=_or_mergekit("merge.latent.train"))
 _aliases(_latent_train, LatentTrainConfig)
 
-# one command per registered merge method (toolkit/merge/methods.py): a new method appears here by itself
+# one command per registered merge method (toolkit/merge/methods/): a new method appears here by itself
 for _method in registry("merge"):
     _technique = f"merge.{_method.name}"
     _command = config_command(
         GROUPS.get(_method.meta.get("group"), app), _method.meta.get("command", _method.name), config=_method.config,
         run="toolkit.merge.weightspace:run_weightspace" if _method.tensorwise else _method.obj,
         technique=_technique, help=_method.help, epilog=_method.meta.get("epilog"), flags=_method.flags,
-        inputs=_inputs_of(_method.meta.get("inputs", ())), execute_with=_or_mergekit(_technique))
+        inputs=_inputs_of(_method.meta.get("inputs", ())), execute_with=_or_mergekit(_technique),
+        fixed={"method": _method.name} if "method" in _method.config.model_fields else None)
     _aliases(_command, _method.config)
 
 
-@app.command("mergekit", help="Run a mergekit YAML (linear | task_arithmetic | ties; per-model weight and density, "
-                              "base_model, dtype, normalize, lambda) as the equivalent iclrkit merge; the model dir "
-                              "gets mergekit_config.yml and a card with the command.",
+@app.command("mergekit", help="Run a mergekit YAML as the registered iclrkit merge computing it (linear, "
+                              "task_arithmetic, ties, dare_ties, dare_linear, della, della_linear, breadcrumbs, "
+                              "breadcrumbs_ties, model_stock, slerp, passthrough with slices; per-model and gradient "
+                              "parameters, base_model, dtype); the model dir gets mergekit_config.yml and a card with "
+                              "the command.",
              epilog="Examples: iclrkit merge mergekit ties.yml -o merged | iclrkit merge mergekit linear.yml --dry-run "
                     "| iclrkit merge ties --config ties.yml -o merged (a mergekit --config works on the matching "
                     "command too)")
 def mergekit(config_file: Annotated[Path, typer.Argument(metavar="CONFIG.yml", help="mergekit YAML.")],
              out: OutOpt = None, seed: SeedOpt = None, device: DeviceOpt = None, dry_run: DryRunOpt = False,
-             json_: JsonOpt = False, overwrite: OverwriteOpt = False) -> None:
-    _mergekit(config_file, Common.of(locals()))
+             json_: JsonOpt = False, overwrite: OverwriteOpt = False,
+             numerics: Annotated[str, typer.Option(help="float64 (default: computed in float64, rounded once) | "
+                                                        "mergekit (computed in the YAML's dtype as mergekit 0.1.5 "
+                                                        "does: byte-identical to it).")] = "float64") -> None:
+    if numerics not in ("float64", "mergekit"):
+        from cli._runner import fail
+        from toolkit.core.errors import BadInputError
+
+        fail(BadInputError(f"--numerics must be float64 or mergekit, got {numerics!r}"))
+    common = Common.of({k: v for k, v in locals().items() if k != "numerics"})
+    _mergekit(config_file, common, numerics=numerics)
 
 
 config_command(app, "zoo", config=DigitsZooConfig, run="toolkit.merge.digits:run_zoo", technique="merge.zoo",

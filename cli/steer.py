@@ -7,24 +7,22 @@ from __future__ import annotations
 import typer
 
 from cli._fields import STANDARD, config_command
+from toolkit.core.registry import registry
 from toolkit.steer.run import GenerateConfig, SteerConfig, SweepConfig
 
 app = typer.Typer(no_args_is_help=True, help="Personalized safety steering (PCMS, UMS, ILCS).")
 COMMON = (*STANDARD, "dtype")
 
-ESTIMATORS = {
-    "pcms": "Paired Contrast Mean Shift: mean of topic-matched pair differences (the paper's method).",
-    "ums": "Unpaired Mean Shift: difference of the undesired and neutral means.",
-    "ilcs": "Instance-Level Contrast Shift: the difference of one contrast pair.",
-}
-
-for _name, _help in ESTIMATORS.items():
+# one command per estimator registered in toolkit/steer/methods/: a new estimator appears here by itself
+for _entry in registry("steer"):
+    _name, _help = _entry.name, _entry.meta["help"]
     config_command(
-        app, _name, config=SteerConfig, run="toolkit.steer.run:run_estimate", technique=f"steer.{_name}",
+        app, _name, config=_entry.config or SteerConfig, run="toolkit.steer.run:run_estimate", technique=f"steer.{_name}",
         help=f"{_help} Writes directions.safetensors (layer + model fingerprint).",
         epilog=f"Examples: iclrkit steer {_name} -m zoo:smollm2-135m -d pairs.jsonl --layer 15 -o dirs/ | "
                "pairs.jsonl lines: {\"undesired\": \"...\", \"neutral\": \"...\"}",
-        flags=["model", "data", "layers", "position"], common=COMMON, fixed={"method": _name},
+        flags=_entry.meta.get("flags", ["model", "data", "layers", "position"]), common=COMMON,
+        fixed={"method": _name},
         inputs=lambda f: {"data": f["data"]}, plan="toolkit.steer.run:plan_estimate")
 
 config_command(

@@ -97,12 +97,12 @@ def cli():
     """Invoke the iclrkit CLI in-process: cli(["eval", "ppl", ...]) -> Result (exit_code, stdout, stderr)."""
     from typer.testing import CliRunner
 
-    from cli.main import app
-
     runner = CliRunner()
 
     def invoke(args: list[str], **kwargs):
-        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False, **kwargs)
+        import cli.main  # looked up per call: a test that rebuilds the CLI (testkit.throwaway_method) sees its app
+
+        return runner.invoke(cli.main.app, [str(a) for a in args], catch_exceptions=False, **kwargs)
 
     return invoke
 

@@ -3,7 +3,9 @@ sys.path under pytest (tests/conftest.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import textwrap
 from pathlib import Path
 from types import ModuleType
 
@@ -27,3 +29,35 @@ def assert_bad_inputs(cli, command: list, cases, out: Path, out_flag: str = "-o"
         assert r.exit_code == 2, (args, r.stderr)
         assert message in r.stderr, (message, r.stderr)
         assert not out.exists()
+
+
+@contextlib.contextmanager
+def throwaway_method(tmp_path: Path, kind: str, source: str, cli_module: str):
+    """A method of registry `kind` that only this test has: `source` written as a module under tmp_path and
+    imported (its @register runs), the room's CLI module rebuilt so its commands see it; all undone afterwards.
+    Yields the module."""
+    import importlib
+    import sys
+    import uuid
+
+    from toolkit.core.registry import registry
+
+    name = f"throwaway_{kind}_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    sys.path.insert(0, str(tmp_path))
+
+    def rebuild():
+        importlib.reload(importlib.import_module(cli_module))
+        importlib.reload(importlib.import_module("cli.main"))
+
+    try:
+        module = importlib.import_module(name)
+        rebuild()
+        yield module
+    finally:
+        entries = registry(kind)._entries
+        for key in [k for k, e in entries.items() if getattr(e.obj, "__module__", "") == name]:
+            entries.pop(key)
+        sys.modules.pop(name, None)
+        sys.path.remove(str(tmp_path))
+        rebuild()

@@ -8,4 +8,3 @@ __version__ = "0.1.0"
 from toolkit.core.registry import declare as _declare  # noqa: E402
 
 _declare("model-format", "toolkit.export.quantized")  # a compress run's packed/ directory
-_declare("merge", "toolkit.merge.methods")  # average, task-arithmetic, ties, padded, latent (picked by name)

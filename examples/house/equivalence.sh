@@ -8,7 +8,7 @@
 # inside the tree, one at a time, on the CPU, one thread, each with a private ICLRKIT_ZOO_DIR / ICLRKIT_CACHE_DIR /
 # HF_HOME under WORK_DIR (nothing read from or written to ~/.cache; the edit covariance cache is per run, so the
 # second tree cannot reuse the first's). Inputs are written once by make_inputs.py (no iclrkit code) and shared.
-# ONLY="case case ..." runs a subset. A flag one tree lacks is spelled per tree (see KVQ below). compare_runs.py prints the table; exit 1 if any differs.
+# ONLY="case case ..." runs a subset; ROWS=FILE writes the table rows there (default: results.json beside this script). A flag one tree lacks is spelled per tree (see KVQ below). compare_runs.py prints the table; exit 1 if any differs.
 set -u
 BEFORE=$(cd "$1" && pwd); AFTER=$(cd "$2" && pwd); WORK=${3:-/tmp/iclrkit-equivalence}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -50,7 +50,21 @@ CASES=(
   "eval-ppl|eval ppl -m $IN/llama -d $IN/text.txt --max-length 32 --max-windows 4"
   "segment-mbunet-train|segment mbunet train --data procedural --variant masked --set n_images=10 --size 32
    --width 8 --set depth=2 --steps 6 --set probe_images=2 --set batch_size=4"
+  # added for issue 43 (every room's plug-in point): the other registered methods of the rooms it touched
+  "compress-magnitude|compress magnitude $LM $SMALL --no-rotate --a-bits 16 --kv-bits 16 --w-bits 4"
+  "compress-wanda|compress wanda $LM $SMALL --no-rotate --a-bits 16 --kv-bits 16"
+  "compress-sparsegpt|compress sparsegpt $LM $SMALL --no-rotate --a-bits 16 --kv-bits 16"
+  "unlearn-rmu|unlearn rmu $UNL --layer 1"
+  "steer-ums|steer ums -m $IN/llama -d $IN/pairs.jsonl --layer 1"
+  "steer-ilcs|steer ilcs -m $IN/llama -d $IN/pairs.jsonl --layer 1"
+  "merge-padded|merge padded -m $FT --target $IN/llama"
+  "merge-ties-mergekit-yaml|merge mergekit $IN/ties.yml"
+  "explain-fame|explain fame -m zoo:digits-mlp -n 2 --epsilon 0.02"
+  "explain-verix|explain verix -m zoo:digits-mlp -n 2 --epsilon 0.02"
 )
+# the mergekit YAML case reads this file (both trees the same)
+[ -f "$IN/ties.yml" ] || printf 'merge_method: ties\nbase_model: %s\nmodels:\n  - model: %s\n    parameters: {weight: 1.0, density: 0.4}\n  - model: %s\n    parameters: {weight: 0.5, density: 0.6}\nparameters: {lambda: 0.9}\n' \
+  "$IN/llama" "$IN/llama-ft1" "$IN/llama-ft2" > "$IN/ties.yml"
 
 for tree in "$BEFORE" "$AFTER"; do
   label=$([ "$tree" = "$BEFORE" ] && echo before || echo after)
@@ -74,7 +88,7 @@ for tree in "$BEFORE" "$AFTER"; do
   done
 done
 "$AFTER/.venv/bin/python" "$HERE/compare_runs.py" "$WORK/runs/before" "$WORK/runs/after" --json "$WORK/compare.json" \
-  --rows "$HERE/results.json"
+  --rows "${ROWS:-$HERE/results.json}"
 status=$?
 
 # Control for the one intended numeric change (e62a4d9, exact Hadamards): the after tree's rotated OBR with every

@@ -62,7 +62,7 @@ def child_compress(model: str, method: str, out: str, threads: str = "0") -> dic
     if int(threads) > 0:  # the benchmark's own process policy (the CLI's --threads does the same in the runner)
         torch.set_num_threads(int(threads))
 
-    from toolkit.compress.baselines import GptqConfig
+    from toolkit.compress.config import GptqConfig
     from toolkit.compress.obr import ObrConfig
     from toolkit.compress.recipe import run_compress
     from toolkit.core.context import RunContext
@@ -98,12 +98,12 @@ def child_merge(models: str, out: str) -> dict:
     import torch  # noqa: F401
 
     from toolkit.core.context import RunContext
-    from toolkit.merge.weightspace import AverageConfig, run_average
+    from toolkit.merge.weightspace import AverageConfig, run_weightspace
 
     baseline = rss_bytes()
     ctx = RunContext(out=Path(out), quiet=True)
     started = time.perf_counter()
-    run_average(AverageConfig(models=models.split(",")), ctx)
+    run_weightspace(AverageConfig(models=models.split(",")), ctx)
     return {"seconds": round(time.perf_counter() - started, 1), "peak_rss_mb": round(peak_rss_bytes() / MB),
             "baseline_rss_mb": round(baseline / MB), "streamed": ctx.metrics.get("streamed"),
             "output_mb": round(dir_bytes(Path(out) / "model") / MB, 1)}

@@ -49,13 +49,33 @@ def test_edit_end_to_end(cli, tmp_path, facts, fixture, method, request, device_
     assert changed and all("mlp" in n for n in changed)
 
 
-def test_eamet_without_alignment_equals_memit(cli, tmp_path, facts, tiny_gpt2_dir):
-    memit = _run(cli, tmp_path, tiny_gpt2_dir, facts, "memit", "memit")
-    eamet = _run(cli, tmp_path, tiny_gpt2_dir, facts, "eamet", "eamet", "--align-kl", "0", "--align-mse", "0",
-                 "--set", "init=zero", "--set", "clamp=h", "--set", "clamp_factor=0.75", "--set",
+def test_eamet_without_alignment_equals_memit(cli, tmp_path, tiny_gpt2_dir):
+    """On an edit that changes the model: prompts that end at the subject (δ enters the last edit layer's output at
+    the position that predicts the target; with the prompts above, which go on past the subject, a 2-block model's
+    last edit layer is its last block and δ cannot reach the prediction: δ stays 0 and two no-op edits would compare
+    equal) and λ = 1 (the tiny covariance makes the default λ's insertion reach ~1 %)."""
+    facts = tmp_path / "subject-last.jsonl"
+    facts.write_text("\n".join(json.dumps({"prompt": p, "subject": s, "target_new": t}) for p, s, t in [
+        ("The value of {}", "object", "return"), ("A list is made of {}", "list", "strings"),
+        ("Import {}", "module", "package")]))
+    memit = _run(cli, tmp_path, tiny_gpt2_dir, facts, "memit", "memit", "--mom2-weight", "1")
+    eamet = _run(cli, tmp_path, tiny_gpt2_dir, facts, "eamet", "eamet", "--mom2-weight", "1", "--align-kl", "0",
+                 "--align-mse", "0", "--set", "init=zero", "--set", "clamp=h", "--set", "clamp_factor=0.75", "--set",
                  "v_weight_decay=0.5", "--set", "early_stop_loss=0.05")
+    for out in (memit, eamet):
+        delta = load_file(out / "values.safetensors")["delta"]
+        assert bool((delta.norm(dim=-1) > 1e-2).all()), delta.norm(dim=-1)  # every request has a real δ
+        record = json.loads((out / "run.json").read_text())
+        edited, unedited = record["metrics"], record["baselines"]["unedited"]
+        assert edited["efficacy_token_acc"] > unedited["efficacy_token_acc"]  # the edit moved the efficacy
+        rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        assert all(r["post"]["logp_new"] > r["pre"]["logp_new"] + 0.01 for r in rows)  # and every target's log-prob
     a, b = load_file(memit / "model" / "model.safetensors"), load_file(eamet / "model" / "model.safetensors")
+    original = load_file(tiny_gpt2_dir / "model.safetensors")
+    assert max(float((a[k] - original[k]).abs().max()) for k in a) > 1e-3
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+    va, vb = load_file(memit / "values.safetensors"), load_file(eamet / "values.safetensors")
+    assert torch.allclose(va["delta"], vb["delta"], atol=1e-5)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -58,7 +58,8 @@ def test_mhlp_class_word_scoring_end_to_end(cli, tiny_llama_dir, qa_file, tmp_pa
 def test_bad_predictive_choice(cli, tiny_llama_dir, qa_file, tmp_path):
     r = cli(["prompt", "mhlp", "--task-model", tiny_llama_dir, "--proposer-model", tiny_llama_dir, "-d", qa_file,
              "--predictive", "vote", "-o", tmp_path / "o"])
-    assert r.exit_code == 2
+    assert r.exit_code == 2 and "'predictive'" in r.stderr and "sample" in r.stderr  # the bad flag, not another error
+    assert not (tmp_path / "o").exists()
 
 
 def test_chat_scoring_needs_a_local_model(cli, hf_server, qa_file, tmp_path):
@@ -90,7 +91,8 @@ def test_bad_data(cli, tiny_llama_dir, tmp_path, content, message):
 def test_out_of_range_knob(cli, tiny_llama_dir, qa_file, tmp_path):
     r = cli(["prompt", "mhlp", "--task-model", tiny_llama_dir, "--proposer-model", tiny_llama_dir, "-d", qa_file,
              "--thinning", "0", "-o", tmp_path / "o"])
-    assert r.exit_code == 2
+    assert r.exit_code == 2 and "thinning" in r.stderr  # the bad knob, not another error
+    assert not (tmp_path / "o").exists()
 
 
 def test_concurrency_is_a_config_key(cli, qa_file, tmp_path):

@@ -1,10 +1,13 @@
-"""Activation ordering in GPTQ: off is the original algorithm bit for bit, on never loses layer loss on skewed
-Hessians, and the column permutation is undone exactly."""
+"""Activation ordering in GPTQ: off is the original algorithm bit for bit, on cuts the layer loss on skewed Hessians
+by a margin a no-op ordering cannot meet and lands near the brute-force best order on small problems, and the
+column permutation is undone exactly."""
+
+import itertools
 
 import pytest
 import torch
 
-from toolkit.compress.baselines import GptqConfig
+from toolkit.compress.config import GptqConfig
 from toolkit.compress.quant import fit_grid, fit_weight_scale, quantize_rows
 from toolkit.compress.recipe import compress_linear
 from toolkit.compress.solvers import activation_order, damp_hessian, gptq
@@ -71,24 +74,40 @@ def test_config_actorder_none_reproduces_the_original_recipe_result():
 
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("bits,group_size", [(3, None), (4, None), (3, 16), (4, 16)])
-def test_ordering_on_never_raises_the_layer_loss_on_skewed_hessians(seed, bits, group_size):
+def test_ordering_on_cuts_the_layer_loss_on_skewed_hessians(seed, bits, group_size):
+    """Measured on these seeded problems: 20-37 % less layer loss (ratios 0.63-0.80); a no-op order gives 1.0."""
     W, H = _problem(seed)
     hessian = damp_hessian(H)
     scale = fit_grid(W, bits, True, group_size).per_column(W.shape[1])
     plain = _loss(W, gptq(W, hessian, scale, bits, blocksize=16), H)
     ordered = _loss(W, gptq(W, hessian, scale, bits, blocksize=16, order=activation_order(H)), H)
-    assert ordered <= plain
+    assert ordered < 0.85 * plain
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_ordering_is_near_the_brute_force_best_order(seed):
+    """Six columns, all 720 orders: decreasing diag(H) is within 2 % of the best order's loss and among the best
+    fifth of the orders; the natural order (what a no-op ordering gives) is not (ranks 194, 432, 288 of 720)."""
+    W, H = _problem(seed, rows=8, columns=6, tokens=64)
+    hessian = damp_hessian(H)
+    scale = fit_grid(W, 3, True, None).per_column(6)
+    losses = {p: _loss(W, gptq(W, hessian, scale, 3, order=torch.tensor(p)), H)
+              for p in itertools.permutations(range(6))}
+    ranked = sorted(losses.values())
+    ordered, natural = losses[tuple(activation_order(H).tolist())], losses[tuple(range(6))]
+    assert ordered <= 1.02 * ranked[0] and ranked.index(ordered) < len(ranked) // 5
+    assert ranked.index(natural) >= len(ranked) // 5
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_group_ordering_on_its_own_grid_never_raises_the_layer_loss(seed):
+def test_group_ordering_on_its_own_grid_cuts_the_layer_loss(seed):
     W, H = _problem(seed)
     order = activation_order(H)
     hessian = damp_hessian(H)
     scale = fit_grid(W, 3, True, 16, order).per_column(64)  # groups of activation-ordered columns
     natural = _loss(W, gptq(W, hessian, scale, 3, blocksize=16), H)
     ordered = _loss(W, gptq(W, hessian, scale, 3, blocksize=16, order=order), H)
-    assert ordered <= natural
+    assert ordered < 0.9 * natural
 
 
 def test_the_permutation_is_undone_exactly():

@@ -60,7 +60,7 @@ def test_coarse_scan_finds_a_unimodal_rows_minimum_exactly():
 
 
 def test_grouped_grids_and_config_take_the_search():
-    from toolkit.compress.baselines import GptqConfig
+    from toolkit.compress.config import GptqConfig
 
     W = heavy_tailed(3)
     grid = fit_grid(W, 4, group_size=32, search="coarse")

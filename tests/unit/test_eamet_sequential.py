@@ -86,10 +86,16 @@ def _official_alignment(finished: list[torch.Tensor], keys: torch.Tensor, k: int
 
 
 class OfficialOrder:
-    """The official loop: request k is optimised alone against the list of final δ of requests 0..k-1."""
+    """The official loop: request k is optimised alone against the list of final δ of requests 0..k-1 (a
+    values.ValueAlignment: sequential, one request at a time)."""
+
+    sequential = True
 
     def __init__(self, keys, config):
         self.keys, self.config, self.finished, self.k = keys, config, [], 0
+
+    def begin_batch(self, keys_z):
+        pass
 
     def loss(self, delta, span):
         assert len(span) == 1

@@ -63,7 +63,7 @@ def test_fused_runs_one_forward_per_block(tiny_llama_dir, text_file, tmp_path, m
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from toolkit.compress import recipe
-    from toolkit.compress.baselines import GptqConfig
+    from toolkit.compress.config import GptqConfig
     from toolkit.core.context import RunContext
     from toolkit.data.text import calibration_windows, load_text
     from toolkit.models.view import view_of

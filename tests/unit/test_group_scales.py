@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.compress.baselines import GptqConfig, RtnConfig
+from toolkit.compress.config import GptqConfig, RtnConfig
 from toolkit.compress.obr import ObrConfig
 from toolkit.compress.packed import load_packed, pack_linear, save_packed, unpack_linear, unpack_linear_codes
 from toolkit.compress.quant import WeightGrid, codes_of, fit_grid, fit_weight_scale, quantize_rows

@@ -7,7 +7,9 @@ import itertools
 import pytest
 import torch
 
-from toolkit.merge import baselines, chunking
+from toolkit.merge import chunking
+from toolkit.merge.common import merge_states
+from toolkit.merge.config import AverageConfig, TaskArithmeticConfig, TiesConfig
 from toolkit.merge.digits import DigitsMLP
 from toolkit.merge.latent import decode, encode, interpolate, latent_merge, slerp
 from toolkit.merge.projection import lay_out, project, weight_matching
@@ -250,10 +252,10 @@ def test_weight_matching_is_optimal_on_a_tiny_case():
 # ------------------------------------------------------------------ baselines
 def test_average_and_task_arithmetic():
     a, b, base = _state(1), _state(2), _state(3)
-    avg = baselines.average([a, b], [3, 1])
+    avg = merge_states(AverageConfig(weights=[3, 1]), [a, b], None)
     assert torch.allclose(avg["embed.weight"], 0.75 * a["embed.weight"] + 0.25 * b["embed.weight"])
     assert torch.equal(avg["steps"], a["steps"])
-    ta = baselines.task_arithmetic([a, b], base, scaling=0.5)
+    ta = merge_states(TaskArithmeticConfig(base="b", scaling=0.5), [a, b], base)
     expect = base["head.weight"] + 0.5 * (a["head.weight"] - base["head.weight"] + b["head.weight"] - base["head.weight"])
     assert torch.allclose(ta["head.weight"], expect, atol=1e-7)
 
@@ -263,7 +265,7 @@ def test_ties_against_an_elementwise_reference():
     base = {"w": torch.randn(5, 4, generator=g)}
     models = [{"w": base["w"] + torch.randn(5, 4, generator=g)} for _ in range(3)]
     density, scaling = 0.4, 0.8
-    merged = baselines.ties(models, base, density=density, scaling=scaling)["w"]
+    merged = merge_states(TiesConfig(base="b", density=density, scaling=scaling), models, base)["w"]
     taus = [(m["w"] - base["w"]).reshape(-1).tolist() for m in models]
     keep = round(density * 20)
     trimmed = []
@@ -286,9 +288,9 @@ def test_padded_average_pads_at_the_end_and_average_rejects_other_sizes():
     from toolkit.merge.models import PlainModel
 
     laid = [lay_out(PlainModel("x", {}, s), PlainModel("x", {}, big), align=False) for s in (small, big)]
-    merged = baselines.average(laid)["w"]
+    merged = merge_states(AverageConfig(), laid, None)["w"]
     assert torch.equal(merged[:2, :3], torch.full((2, 3), 2.0)) and torch.equal(merged[2], torch.full((4,), 1.5))
     from toolkit.core.errors import BadInputError
 
     with pytest.raises(BadInputError, match="different sizes"):
-        baselines.average([small, big])
+        merge_states(AverageConfig(), [small, big], None)

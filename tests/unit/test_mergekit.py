@@ -13,7 +13,8 @@ import torch
 
 from toolkit.core.errors import BadInputError
 from toolkit.merge import mergekit as mk
-from toolkit.merge.models import PlainModel
+from toolkit.merge.common import merge_states
+from toolkit.merge.config import TiesConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -119,10 +120,6 @@ def _states(seed, n=3, shape=(6, 5)):
     return base, models
 
 
-def _plain(states):
-    return [PlainModel("x", {}, s, source=f"m{i}") for i, s in enumerate(states)]
-
-
 def _reference_ties(base, models, weights, densities, lam, normalize):
     """mergekit's ties, entry by entry in Python floats: trim to int(d·n) magnitudes, weight, elect the sign of the
     weighted sum (0 counts as +), keep agreeing entries, divide by their summed weights."""
@@ -148,9 +145,9 @@ def _reference_ties(base, models, weights, densities, lam, normalize):
 def test_weighted_ties_follows_mergekit_formula(normalize):
     base, models = _states(1)
     weights, densities = [0.5, 1.0, 0.25], [0.3, 0.6, 1.0]
-    config = mk.MergekitConfig(merge_method="ties", models=["m0", "m1", "m2"], base="b", weights=weights,
-                               densities=densities, scaling=0.9, normalize=normalize)
-    merged = mk.merged_state(config, _plain(models), PlainModel("x", {}, base))
+    config = TiesConfig(models=["m0", "m1", "m2"], base="b", weights=weights, densities=densities, scaling=0.9,
+                        normalize=normalize)
+    merged = merge_states(config, models, base)
     expect = _reference_ties(base["w"], [m["w"] for m in models], weights, densities, 0.9, normalize)
     assert torch.allclose(merged["w"], expect, atol=1e-12)
     assert torch.equal(merged["steps"], base["steps"])
@@ -162,7 +159,7 @@ def test_weighted_task_arithmetic_and_normalize():
             "models": [{"model": "m0", "parameters": {"weight": 1.0}}, {"model": "m1", "parameters": {"weight": 3.0}}]}
     translation = mk.translate(data)
     assert translation.equivalent is None and translation.config.weights == [0.25, 0.75]
-    merged = mk.merged_state(translation.config, _plain(models), PlainModel("x", {}, base))
+    merged = merge_states(translation.config, models, base)
     expect = base["w"] + 2.0 * (1.0 * (models[0]["w"] - base["w"]) + 3.0 * (models[1]["w"] - base["w"])) / 4.0
     assert torch.allclose(merged["w"], expect, atol=1e-12)
 
@@ -174,16 +171,21 @@ def test_linear_translates_to_average_with_mergekit_weights():
     assert translation.config.weights == [2.0, 1.0] and translation.config.dtype == "bfloat16"
     assert translation.equivalent == "iclrkit merge average -m org/a,org/b --weights 2.0,1.0"
     base, models = _states(3, n=2)
-    merged = mk.merged_state(translation.config, _plain(models), None)
+    merged = merge_states(translation.config, models, None)
     assert torch.allclose(merged["w"], (2 * models[0]["w"] + models[1]["w"]) / 3, atol=1e-12)
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"merge_method": "slerp", "models": []}, "merge_method 'slerp' is not supported"),
+    ({"merge_method": "nuslerp", "models": []}, "merge_method 'nuslerp' is not supported"),
+    ({"merge_method": "slerp", "models": [{"model": "org/a"}]}, "needs a base_model"),
+    ({"merge_method": "linear", "tokenizer_source": "union",
+      "models": [{"model": "org/a", "parameters": {"weight": 1}}, {"model": "org/b", "parameters": {"weight": 1}}]},
+     "tokenizer_source 'union' is not supported"),
     ({"merge_method": "ties", "models": [{"model": "org/a", "parameters": {"weight": 1}}]}, "needs a base_model"),
     ({"merge_method": "linear", "slices": []}, "slices"),
     ({"merge_method": "ties", "base_model": "org/b",
-      "models": [{"model": "org/a", "parameters": {"weight": [0, 1]}}]}, "not a number"),
+      "models": [{"model": "org/a", "parameters": {"weight": {"filter": "mlp", "value": 1}}}]},
+     "not a number or a gradient"),
     ({"merge_method": "linear", "models": [{"model": "org/a"}, {"model": "org/b"}]}, "no 'weight'"),
     ({"merge_method": "linear", "models": [{"model": "/nowhere/a", "parameters": {"weight": 1}},
                                            {"model": "org/b", "parameters": {"weight": 1}}]}, "model not found"),

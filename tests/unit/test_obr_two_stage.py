@@ -4,7 +4,7 @@ weights."""
 import pytest
 import torch
 
-from toolkit.compress.baselines import SparsegptGptqConfig
+from toolkit.compress.config import SparsegptGptqConfig
 from toolkit.compress.masks import parse_nm
 from toolkit.compress.quant import fit_grid, quantize_rows
 from toolkit.compress.recipe import compress_linear

@@ -12,7 +12,7 @@ from toolkit.models.lazy import SafetensorsIndex
 
 @pytest.mark.parametrize("method", ["gptq", "obr"])
 def test_onload_compress_equals_resident(method, sharded_llama, tmp_path):
-    from toolkit.compress.baselines import GptqConfig
+    from toolkit.compress.config import GptqConfig
     from toolkit.compress.obr import ObrConfig
     from toolkit.compress.recipe import run_compress
 
@@ -38,7 +38,7 @@ def test_onload_compress_equals_resident(method, sharded_llama, tmp_path):
 
 
 def test_onload_plan_and_refusals(sharded_llama, tmp_path):
-    from toolkit.compress.baselines import GptqConfig
+    from toolkit.compress.config import GptqConfig
     from toolkit.compress.recipe import plan, run_compress
 
     config = GptqConfig(model=str(sharded_llama), nsamples=4, seqlen=32, onload=True)

@@ -7,16 +7,10 @@ import torch
 
 from toolkit.core.context import RunContext
 from toolkit.core.errors import BadInputError
-from toolkit.merge import baselines, common
+from toolkit.merge import common
+from toolkit.merge.config import AverageConfig, TaskArithmeticConfig, TiesConfig
 from toolkit.merge.models import untied_state
-from toolkit.merge.weightspace import (
-    AverageConfig,
-    TaskArithmeticConfig,
-    TiesConfig,
-    run_average,
-    run_task_arithmetic,
-    run_ties,
-)
+from toolkit.merge.weightspace import run_weightspace
 from toolkit.models.lazy import INDEX, SafetensorsIndex
 
 
@@ -62,16 +56,17 @@ def _state(spec):
 def _in_memory(kind, specs, base, **kw):
     states = [_state(s) for s in specs]
     if kind == "average":
-        return baselines.average(states)
+        return common.merge_states(AverageConfig(), states, None)
     base_state = _state(base)
     if kind == "task-arithmetic":
-        return baselines.task_arithmetic(states, base_state, kw["scaling"])
-    return baselines.ties(states, base_state, kw["density"], kw["scaling"])
+        return common.merge_states(TaskArithmeticConfig(base=base, scaling=kw["scaling"]), states, base_state)
+    return common.merge_states(TiesConfig(base=base, density=kw["density"], scaling=kw["scaling"]), states,
+                               base_state)
 
 
-RUNS = {"average": (AverageConfig, run_average, {}),
-        "task-arithmetic": (TaskArithmeticConfig, run_task_arithmetic, {"scaling": 0.7}),
-        "ties": (TiesConfig, run_ties, {"density": 0.4, "scaling": 0.9})}
+RUNS = {"average": (AverageConfig, run_weightspace, {}),
+        "task-arithmetic": (TaskArithmeticConfig, run_weightspace, {"scaling": 0.7}),
+        "ties": (TiesConfig, run_weightspace, {"density": 0.4, "scaling": 0.9})}
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -104,13 +99,13 @@ def test_streaming_merge_equals_in_memory(kind, arch, tmp_path, monkeypatch):
 def test_streaming_keeps_the_input_dtype_unless_told(tmp_path):
     base, specs = _family("llama", tmp_path, torch.bfloat16, n=2)
     ctx = RunContext(out=tmp_path / "bf16", quiet=True)
-    run_average(AverageConfig(models=specs), ctx)
+    run_weightspace(AverageConfig(models=specs), ctx)
     streamed = _written(tmp_path / "bf16" / "model")
     assert all(t.dtype == torch.bfloat16 for t in streamed.values())
     ctx = RunContext(out=tmp_path / "f32", quiet=True)
-    run_average(AverageConfig(models=specs, dtype="float32"), ctx)
+    run_weightspace(AverageConfig(models=specs, dtype="float32"), ctx)
     wide = _written(tmp_path / "f32" / "model")
-    expected = baselines.average([_state(s) for s in specs])  # loaded as float32
+    expected = common.merge_states(AverageConfig(), [_state(s) for s in specs], None)  # loaded as float32
     assert all(wide[n].dtype == torch.float32 and torch.equal(wide[n], expected[n]) for n in wide)
     assert all(torch.equal(streamed[n], expected[n].bfloat16()) for n in streamed)
 
@@ -120,11 +115,11 @@ def test_streaming_bad_inputs_write_nothing(tmp_path):
     shard = sorted((tmp_path / "ft1").glob("model-*.safetensors"))[0]
     shard.write_bytes(shard.read_bytes()[:-50])
     with pytest.raises(BadInputError, match="truncated"):
-        run_average(AverageConfig(models=specs), RunContext(out=tmp_path / "out", quiet=True))
+        run_weightspace(AverageConfig(models=specs), RunContext(out=tmp_path / "out", quiet=True))
     assert not (tmp_path / "out").exists()
     _, other = _family("gpt2", tmp_path / "g", n=1)
     with pytest.raises(BadInputError, match="incompatible families"):
-        run_average(AverageConfig(models=[specs[0], other[0]]), RunContext(out=tmp_path / "out", quiet=True))
+        run_weightspace(AverageConfig(models=[specs[0], other[0]]), RunContext(out=tmp_path / "out", quiet=True))
     from safetensors.torch import load_file, save_file
 
     nan = tmp_path / "ft0"
@@ -136,5 +131,5 @@ def test_streaming_bad_inputs_write_nothing(tmp_path):
     save_file(tensors, str(shard), metadata={"format": "pt"})
     base2, fresh = _family("llama", tmp_path / "fresh", n=1)
     with pytest.raises(BadInputError, match="NaN"):
-        run_average(AverageConfig(models=[str(nan), fresh[0]]), RunContext(out=tmp_path / "out", quiet=True))
+        run_weightspace(AverageConfig(models=[str(nan), fresh[0]]), RunContext(out=tmp_path / "out", quiet=True))
     assert not (tmp_path / "out").exists()

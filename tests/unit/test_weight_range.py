@@ -29,7 +29,7 @@ def test_full_range_mse_search_starts_from_its_own_base():
 
 
 def test_grid_defaults_follow_the_rotation():
-    from toolkit.compress.baselines import GptqConfig
+    from toolkit.compress.config import GptqConfig
     from toolkit.compress.recipe import resolve_defaults
 
     unrotated = resolve_defaults(GptqConfig(model="m"), rotate=False)

@@ -103,6 +103,7 @@ def plan_mmsearch(config: MMSearchConfig, ctx) -> dict:
             "judge": config.judge_model or "exact-match"}
 
 
+# long: the benchmark's stages (agents per mode and task, then the judge) in order over the same records
 def run_mmsearch(config: MMSearchConfig, ctx) -> dict:
     """The (mode, task) runs keep up to the model's `concurrency` agents going at once (each agent's own turns stay
     in order), then the judge grades up to its own `concurrency` answers at once; records keep the input order, so

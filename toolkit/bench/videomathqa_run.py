@@ -89,6 +89,7 @@ def plan_videomathqa(config: VideoMathQAConfig, ctx) -> dict:
             "step_judge": config.judge_model if config.cot else None}
 
 
+# long: the benchmark's stages (answer, extract, judge) in order over the same rows and backends
 def run_videomathqa(config: VideoMathQAConfig, ctx) -> dict:
     """Each stage (answers, CoT letter extraction, step judge) keeps up to its backend's `concurrency` requests in
     flight; rows are recorded in input order and the extractor's random fallback letters are drawn in that order

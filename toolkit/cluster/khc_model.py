@@ -41,6 +41,8 @@ class KhcModel:
     w_minus: np.ndarray | None = None
 
 
+# long: one MI-QCQP, its variables and constraints declared in the paper's order; split, each piece would need
+# every variable
 def build_model(points: np.ndarray, k: int, formulation: str, *, relax: bool = False,
                 norm_branch_priority: bool = True, tighten: bool = False) -> KhcModel:
     """The MI-QCQP of `formulation` on `points` (original coordinates; translated inside).

@@ -1,7 +1,10 @@
-"""The configs of every compression method (torch-free: the CLI builds each command's options from their fields).
+"""The configs of the built-in compression methods and the knobs every method shares (torch-free: the CLI builds
+each command's options from their fields).
 
-Every method shares CompressConfig's knobs, so one recipe compares methods fairly; a method adds only its own.
-The methods themselves are registered in toolkit/compress/methods/.
+Every method shares CompressConfig's knobs, so one recipe compares methods fairly; a method adds only its own. The
+methods themselves are registered in toolkit/compress/methods/, and a new method may declare its config there,
+beside its function (methods/magnitude.py does). A method that reads the job's mask (LinearJob.mask) has a config
+with a `mask` field (MaskedConfig).
 """
 
 from __future__ import annotations
@@ -117,8 +120,11 @@ class CompressConfig(BaseConfig):
     @field_validator("sparsity")
     @classmethod
     def _sparsity(cls, value: float) -> float:
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"sparsity must be in [0, 1), got {value}")
+        from toolkit.compress.masks import sparsity_problem
+
+        problem = sparsity_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("nm")
@@ -132,18 +138,23 @@ class CompressConfig(BaseConfig):
             raise ValueError(str(exc)) from None
         return value
 
-    @field_validator("alpha", check_fields=False)
-    @classmethod
-    def _alpha(cls, value: float) -> float:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {value}")
-        return value
 
 
 ActOrder = Literal["auto", "none", "static", "weight", "group"]
 
 
 class _Ordered(CompressConfig):
+    """GPTQ's column order (`actorder`, GPTQ and the two-stage baseline only; OBR's official code defines none):
+    - none: columns in their natural order (the original GPTQ);
+    - static / weight (llm-compressor: "static" is an alias of "weight"): columns processed in decreasing diag(H),
+      scales fitted on the un-permuted weights, groups of consecutive original columns; the stored format is
+      unchanged;
+    - group (llm-compressor's deprecated "group"/"dynamic"): groups are runs of the activation-ordered columns,
+      scales fitted on the permuted weights; the packed file stores each column's group (`g_idx`). Needs
+      `group_size`;
+    - auto (the default): static on unrotated models, none on rotated ones (recipe.resolve_defaults), as measured
+      on SmolLM2 W4A16 (examples/obr/RESULTS.md: ordering 70.48 → 55.75 ppl unrotated, 41.66 → 43.16 rotated)."""
+
     # auto (measured on SmolLM2 W4A16, examples/obr/RESULTS.md): static on unrotated models (55.7 vs 70.5 ppl),
     # none on rotated ones (QuaRot flattens diag(H); ordering measured worse there)
     actorder: ActOrder = Field("auto", description="GPTQ column order: auto (default: static unrotated, none "
@@ -158,19 +169,24 @@ class _Ordered(CompressConfig):
         return self
 
 
-class RtnConfig(CompressConfig):
+class MaskedConfig(CompressConfig):
+    """A method that prunes with the job's mask (LinearJob.mask: these scores at --sparsity / --nm) before its own
+    solve."""
+
+    mask: Literal["magnitude", "wanda"] = "magnitude"  # the mask's scores: |W|, or Wanda's |W|·‖x‖
+
+
+class RtnConfig(MaskedConfig):
     """`iclrkit compress rtn`: per-channel symmetric round-to-nearest; with --sparsity, magnitude mask first."""
 
     method: Literal["rtn"] = "rtn"
-    mask: Literal["magnitude", "wanda"] = "magnitude"
 
 
-class GptqConfig(_Ordered):
+class GptqConfig(_Ordered, MaskedConfig):
     """`iclrkit compress gptq`: GPTQ (blocksize 128, 1% damping, activation ordering); with --sparsity, a fixed mask
     first."""
 
     method: Literal["gptq"] = "gptq"
-    mask: Literal["magnitude", "wanda"] = "magnitude"
 
 
 class SparsegptConfig(CompressConfig):
@@ -180,7 +196,7 @@ class SparsegptConfig(CompressConfig):
     sparsity: float = 0.5
 
 
-class WandaConfig(CompressConfig):
+class WandaConfig(MaskedConfig):
     """`iclrkit compress wanda`: Wanda mask (|W|·‖x‖) then RTN."""
 
     method: Literal["wanda"] = "wanda"
@@ -195,7 +211,7 @@ class SparsegptGptqConfig(_Ordered):
     sparsity: float = 0.5
 
 
-class ObrConfig(CompressConfig):
+class ObrConfig(MaskedConfig):
     """`iclrkit compress obr`: defaults are the paper's W4A4KV4 + 50% unstructured recipe (QuaRot rotation,
     Wanda mask, α = 0.5, OBR_GPTQ, 128 calibration windows of 2048 tokens, 1% damping)."""
 
@@ -210,3 +226,10 @@ class ObrConfig(CompressConfig):
     # how the per-row systems H_RR x = b are solved: batched preconditioned conjugate gradients (one GEMM per
     # iteration for all rows, to a 1e-4 relative residual in float32) or an exact batched Cholesky per row
     solver: Literal["cg", "cholesky"] = "cg"
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {value}")
+        return value

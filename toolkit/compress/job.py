@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass
@@ -54,14 +54,35 @@ class LinearJob:
 
     @cached_property
     def mask(self):
-        """Kept entries: the config's mask (magnitude or Wanda scores) at its sparsity / N:M, or all ones."""
+        """Kept entries: the config's mask (magnitude or Wanda scores) at its sparsity / N:M, or all ones. Only for
+        a method whose config declares the scores (config.MaskedConfig)."""
         import torch
 
+        from toolkit.compress.config import MaskedConfig
         from toolkit.compress.masks import magnitude_scores, make_mask, parse_nm, wanda_scores
 
+        if not isinstance(self.config, MaskedConfig):
+            raise TypeError(f"{type(self.config).__name__} has no `mask` field: a method that reads LinearJob.mask "
+                            "takes a config.MaskedConfig")
         nm = parse_nm(self.config.nm)
         if self.config.sparsity > 0 or nm:
             scores = (wanda_scores(self.W, torch.diag(self.hessian_raw) / 2) if self.config.mask == "wanda"
                       else magnitude_scores(self.W))
             return make_mask(scores, self.config.sparsity, nm)
         return torch.ones_like(self.W, dtype=torch.bool)
+
+    def rounded(self, keep):
+        """(W·keep rounded to the weight grid — or kept as it is with float weights —, keep, grid): the tail of every
+        prune-then-RTN method."""
+        from toolkit.compress.quant import quantize_rows
+
+        scale = self.scale
+        out = quantize_rows(self.W * keep, scale, self.bits) if scale is not None else self.W * keep
+        return out, keep, self.grid
+
+
+class CompressMethod(Protocol):
+    """A registered compression method (`@register("compress", NAME, config=..., needs_hessian=..., ...)`,
+    toolkit/compress/methods/): one linear's job in, (compressed W, kept-entries mask, weight grid or None) out."""
+
+    def __call__(self, job: LinearJob) -> tuple[Any, Any, Any]: ...

@@ -57,6 +57,13 @@ def make_mask(scores: torch.Tensor, sparsity: float, nm: tuple[int, int] | None)
     return unstructured_mask(scores, sparsity)
 
 
+def sparsity_problem(value: float) -> str | None:
+    """The one sparsity rule (the config's validator and check_sparsity both apply it)."""
+    return None if 0.0 <= value < 1.0 else f"sparsity must be in [0, 1), got {value}"
+
+
 def check_sparsity(sparsity: float) -> None:
-    if not 0.0 <= sparsity < 1.0:
-        raise BadInputError(f"sparsity must be in [0, 1), got {sparsity}")
+    """sparsity_problem's rule, as bad input (for the solvers' direct callers)."""
+    problem = sparsity_problem(sparsity)
+    if problem:
+        raise BadInputError(problem)

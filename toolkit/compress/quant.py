@@ -26,11 +26,6 @@ from toolkit.core.errors import BadInputError
 from toolkit.ops.int4 import per_token_codes
 
 
-def check_bits(bits: int, name: str = "bits") -> None:
-    if not (2 <= bits <= 8 or bits == 16):
-        raise BadInputError(f"{name} must be in 2..8 (or 16 = no quantization), got {bits}")
-
-
 def max_code(bits: int) -> int:
     return 2 ** (bits - 1) - 1
 

@@ -2,13 +2,17 @@
 
     from toolkit.core.registry import register
 
-    @register("compress", "magnitude", config=MagnitudeConfig, needs_hessian=False)
-    def magnitude(W, hessian, ctx): ...
+    @register("compress", "magnitude", config=MagnitudeConfig, needs_hessian=False, flags=BASE_FLAGS, help="...")
+    def magnitude(job): ...
 
 `registry("compress").get("magnitude")` gives the entry (its object, config class and metadata); an unknown name is
-one BadInputError line that lists the known ones. A kind can name the modules whose import registers its built-in
-methods (`declare(kind, modules)`), so lookups import them on first use and nothing is imported before that
-(the CLI stays torch-free at import). A YAML recipe names registered stages by these names.
+one BadInputError line that lists the known ones. A kind names the modules whose import registers its built-in
+methods (`declare(kind, modules)`, done by each room's torch-free config module: compress, edit, merge, unlearn,
+steer, explain; each points at its `methods/` package, which imports every module in it), so lookups import them on
+first use and nothing is imported before that (the CLI stays torch-free at import). What a registered object must
+be is the room's Protocol (e.g. toolkit.compress.job.CompressMethod, toolkit.merge.common.TensorMethod);
+`protocol_members` and `conforms` let the tests hold the runners and the built-ins to it. `stages()` resolves a
+list of registered names with options (llm-compressor style), for recipes that compose stages.
 This module imports nothing above `toolkit.core`.
 """
 
@@ -86,6 +90,23 @@ class Registry:
     def __iter__(self) -> Iterator[Entry]:
         self._load()
         return iter([self._entries[n] for n in sorted(self._entries)])
+
+
+def protocol_members(protocol: type) -> set[str]:
+    """The public attributes and methods a typing.Protocol declares (what a plug-in must provide and all the runner
+    may use); the tests of each room check the runner against it."""
+    names = set(vars(protocol).get("__annotations__", {}))
+    names |= {n for n, v in vars(protocol).items() if callable(v) and (not n.startswith("_") or n == "__call__")}
+    return names
+
+
+def conforms(obj: Any, protocol: type) -> bool:
+    """Whether a registered callable takes the parameters of `protocol.__call__` (same names, in order)."""
+    import inspect
+
+    wanted = list(inspect.signature(protocol.__call__).parameters)[1:]
+    return list(inspect.signature(obj).parameters)[:len(wanted)] == wanted and \
+        len(inspect.signature(obj).parameters) == len(wanted)
 
 
 _REGISTRIES: dict[str, Registry] = {}

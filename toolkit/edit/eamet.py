@@ -51,7 +51,10 @@ def alignment_losses(key_sim: torch.Tensor, delta_sim: torch.Tensor, valid: torc
 
 
 class EmbeddingAlignment:
-    """Holds the keys and final δ of all requests so far; gives each chunk its alignment loss."""
+    """Holds the keys and final δ of all requests so far; gives each chunk its alignment loss (a
+    values.ValueAlignment)."""
+
+    sequential = True  # request i is aligned with the final δ of every j < i: one request at a time
 
     def __init__(self, config: EametConfig):
         self.config = config

@@ -47,14 +47,41 @@ def method_of(config: MemitConfig):
 
 def run(config: MemitConfig, ctx) -> dict:
     """Load, covariance, (batched) edits with the method's value strategy, metrics, saved model."""
-    from toolkit.data.text import load_text
     from toolkit.edit.facts import load_facts
-    from toolkit.edit.metrics import alignment_spearman, evaluate, write_per_record
-    from toolkit.models.source import load_model
+    from toolkit.edit.metrics import evaluate, write_per_record
 
     method = method_of(config)
     technique = f"edit.{method.name}"
     facts = load_facts(config.data, config.n_edits)
+    model, tokenizer, ectx, layers, covs, cov_seconds = _prepare(config, ctx, facts)
+    before, after = [], []  # per-record scores -> results.jsonl
+    if config.eval_before:
+        ctx.baselines["unedited"] = evaluate(model, tokenizer, facts, config, ctx.device, ctx.progress,
+                                             per_record=before)
+    edit = _edit_batches(config, ctx, method, ectx, facts, layers, covs)
+    metrics = evaluate(model, tokenizer, facts, config, ctx.device, ctx.progress, per_record=after)
+    write_per_record(ctx.path("results.jsonl"), before, after)
+    metrics.update(_edit_metrics(config, edit))
+    metrics.update({"n_edits": len(facts), "layers": layers, "edit_seconds": round(edit["seconds"], 2),
+                    "covariance_seconds": round(cov_seconds, 2), "covariance_onloaded": config.onload})
+    if edit["per_batch"]:
+        metrics["batches"] = edit["per_batch"]
+    ctx.metrics.update(metrics)  # the run record: the runner writes it to run.json
+    if config.save_model:
+        from toolkit.models.save import save_model
+
+        save_model(model, tokenizer, ctx.path("model"), technique=technique, source=config.model,
+                   paper=method.meta.get("paper", ""),
+                   metadata={"technique": technique, "layers": layers, "n_edits": len(facts)})
+    return metrics
+
+
+def _prepare(config: MemitConfig, ctx, facts):
+    """(model, tokenizer, edit context with its templates, layers, covariances, covariance seconds): the facts'
+    targets checked before any expensive work, the covariance read from the cache or computed."""
+    from toolkit.data.text import load_text
+    from toolkit.models.source import load_model
+
     covs, cov_seconds = _onloaded_covariance(config, ctx, facts) if config.onload else (None, 0.0)
     model, tokenizer = load_model(config.model, ctx.device, ctx.torch_dtype)  # the edit needs the whole model
     model.eval()
@@ -66,7 +93,6 @@ def run(config: MemitConfig, ctx) -> dict:
     for request in facts:  # fail on bad records before any expensive work
         target_ids(tokenizer, request.target_new, request.record_id)
     ctx.inputs.update({"model": config.model, "data": config.data})
-    device = ctx.device
     if covs is None:
         clock = time.perf_counter()
         ctx.record_cache("edit-stats", stats_dir(config.stats_dir))  # written outside --out: named in run.json
@@ -74,13 +100,16 @@ def run(config: MemitConfig, ctx) -> dict:
                               stats_dir(config.stats_dir))
         cov_seconds = time.perf_counter() - clock
     templates = context_templates(ectx, config.context_prefixes, config.prefix_tokens)
-    ectx = ectx.with_templates(templates)
-    before, after = [], []  # per-record scores -> results.jsonl
-    if config.eval_before:
-        ctx.baselines["unedited"] = evaluate(model, tokenizer, facts, config, device, ctx.progress, per_record=before)
-    edit_seconds = 0.0  # keys, values and insertion only: no covariance, no evaluation
-    batch = config.batch_size or len(facts)
-    identity = {"model": model_fingerprint(model), "facts": facts_digest(facts), "templates": templates,
+    return model, tokenizer, ectx.with_templates(templates), layers, covs, cov_seconds
+
+
+def _edit_batches(config: MemitConfig, ctx, method, ectx: EditContext, facts, layers, covs) -> dict:
+    """Keys, values (the method's strategy, or δ reused from an earlier run) and insertion, batch by batch; the
+    per-request tensors are saved to values.safetensors. Returns them with the edit seconds and per-batch scores."""
+    from toolkit.edit.metrics import evaluate
+
+    device, batch = ctx.device, config.batch_size or len(facts)
+    identity = {"model": model_fingerprint(ectx.model), "facts": facts_digest(facts), "templates": ectx.templates,
                 "layers": layers}
     saved = None
     if config.values:
@@ -89,7 +118,8 @@ def run(config: MemitConfig, ctx) -> dict:
                                 "later batches' δ depend on the earlier batches' insertion; drop batch_size")
         saved = load_values(config.values, identity)
         ctx.inputs["values"] = config.values
-    all_keys, all_deltas, all_h, all_nll, all_reach, per_batch = [], [], [], [], [], []
+    parts = {name: [] for name in ("keys_z", "delta", "h", "nll", "reach")}
+    per_batch, seconds = [], 0.0
     alignment = method.obj(config) if saved is None else None  # the method's extra loss on δ (None: MEMIT's)
     for start in range(0, len(facts), batch):
         clock = time.perf_counter()
@@ -99,45 +129,37 @@ def run(config: MemitConfig, ctx) -> dict:
             keys_z, delta, h, nll = (saved[name][span].to(device) for name in ("keys_z", "delta", "h", "nll"))
         else:
             keys_z = compute_keys(ectx, chunk, [layers[-1]])[layers[-1]]
-            if alignment:
+            if alignment is not None:
                 alignment.begin_batch(keys_z)
             delta, h, nll = optimise_values(ectx, chunk, keys_z, config, layers[-1], alignment)
         norms = insert(ectx, chunk, h + delta, layers, covs, config.mom2_update_weight)
-        edit_seconds += time.perf_counter() - clock
+        seconds += time.perf_counter() - clock
         reached = block_outputs(ectx, chunk, layers[-1])
-        all_reach.append(insertion_reach(reached, h, delta))
-        all_nll.append(nll)
-        all_keys.append(keys_z)
-        all_deltas.append(delta)
-        all_h.append(h)
+        for name, value in (("reach", insertion_reach(reached, h, delta)), ("nll", nll), ("keys_z", keys_z),
+                            ("delta", delta), ("h", h)):
+            parts[name].append(value)
         if config.batch_size:
-            scores = evaluate(model, tokenizer, chunk, config, device, None, parts=("efficacy",))
+            scores = evaluate(ectx.model, ectx.tokenizer, chunk, config, device, None, parts=("efficacy",))
             per_batch.append({"start": start, "size": len(chunk), **scores,
                               **{f"delta_w_norm_layer{l}": v for l, v in norms.items()}})
-    save_values(ctx.path(VALUES_FILE), {"delta": torch.cat(all_deltas), "h": torch.cat(all_h),
-                                         "nll": torch.cat(all_nll), "keys_z": torch.cat(all_keys)}, identity)
-    metrics = evaluate(model, tokenizer, facts, config, device, ctx.progress, per_record=after)
-    write_per_record(ctx.path("results.jsonl"), before, after)
-    metrics["alignment_spearman"] = alignment_spearman(torch.cat(all_keys), torch.cat(all_deltas))
-    # the two stages that must both succeed for a strict edit: δ makes the model say o, the weights produce δ
-    metrics["value_nll"] = round(float(torch.cat(all_nll).mean()), 4)
-    metrics["insertion_reach"] = round(float(torch.cat(all_reach).mean()), 4)
+    joined = {name: torch.cat(values) for name, values in parts.items()}
+    save_values(ctx.path(VALUES_FILE), {k: joined[k] for k in ("delta", "h", "nll", "keys_z")}, identity)
+    return {**joined, "seconds": seconds, "per_batch": per_batch}
+
+
+def _edit_metrics(config: MemitConfig, edit: dict) -> dict:
+    """The two stages that must both succeed for a strict edit: δ makes the model say o (value_nll), the weights
+    produce δ (insertion_reach); and the alignment of δ with the keys."""
+    from toolkit.edit.metrics import alignment_spearman
+
+    metrics = {"alignment_spearman": alignment_spearman(edit["keys_z"], edit["delta"]),
+               "value_nll": round(float(edit["nll"].mean()), 4),
+               "insertion_reach": round(float(edit["reach"].mean()), 4)}
     if metrics["insertion_reach"] < 0.5:
         log.warning("the edited weights produce only %.0f%% of the target residual δ: lower mom2_update_weight "
                     "(λ, now %g) for this model", 100 * metrics["insertion_reach"], config.mom2_update_weight)
     if config.values:
         metrics["values_from"] = config.values  # δ reused: edit_seconds covers the insertion only
-    metrics.update({"n_edits": len(facts), "layers": layers, "edit_seconds": round(edit_seconds, 2),
-                    "covariance_seconds": round(cov_seconds, 2), "covariance_onloaded": config.onload})
-    if per_batch:
-        metrics["batches"] = per_batch
-    ctx.metrics.update(metrics)  # the run record: the runner writes it to run.json
-    if config.save_model:
-        from toolkit.models.save import save_model
-
-        save_model(model, tokenizer, ctx.path("model"), technique=technique, source=config.model,
-                   paper=method.meta.get("paper", ""),
-                   metadata={"technique": technique, "layers": layers, "n_edits": len(facts)})
     return metrics
 
 

@@ -57,11 +57,29 @@ def upper_blocks_only(ectx: EditContext, stub: nn.Module, last_edit_layer: int):
 
 
 class ValueAlignment(Protocol):
-    """An extra per-request loss on δ (EAMET's embedding alignment); requests are numbered within the batch."""
+    """An extra per-request loss on δ (EAMET's embedding alignment), what a registered edit method may return.
+    edit/run.py and optimise_values call exactly these members (tests/unit/test_edit_registry.py runs an edit with
+    an object that has nothing else). Requests are numbered within the current batch."""
 
-    def loss(self, delta: torch.Tensor, span: range) -> torch.Tensor: ...
+    # True: request i's loss depends on the final δ of the requests before it, so requests are optimised one at a
+    # time (EAMET); False: chunks of config.opt_batch requests are optimised together, as MEMIT's.
+    sequential: bool
 
-    def record(self, delta: torch.Tensor, span: range) -> None: ...
+    def begin_batch(self, keys_z: torch.Tensor) -> None:
+        """Before a batch's values are optimised: its requests' keys at the last edit layer, (n, d_k)."""
+
+    def loss(self, delta: torch.Tensor, span: range) -> torch.Tensor:
+        """The extra loss of the requests in `span` given their current δ (len(span), d): one value per request."""
+
+    def record(self, delta: torch.Tensor, span: range) -> None:
+        """After the requests in `span` are optimised: their final δ."""
+
+
+class EditMethod(Protocol):
+    """A registered edit method (`@register("edit", NAME, config=...)`, toolkit/edit/methods/): MEMIT's pipeline
+    with the value strategy it returns for its config, a ValueAlignment or None (MEMIT's plain objective)."""
+
+    def __call__(self, config: MemitConfig) -> ValueAlignment | None: ...
 
 
 def optimise_values(ectx: EditContext, requests: list[EditRequest], keys_z: torch.Tensor, config: MemitConfig,
@@ -69,19 +87,19 @@ def optimise_values(ectx: EditContext, requests: list[EditRequest], keys_z: torc
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """δ for every request (prompts under ectx.templates); returns (δ, h, final target NLL): (n, d), (n, d), (n,).
 
-    Without an alignment, chunks of config.opt_batch requests are optimised together: each row is its own problem
-    (MaskedAdam, per-request early stop), so a chunk gives the δ each request gets alone. With an alignment
-    (EAMET) request i's loss depends on the final δ of the requests before it, so requests go one at a time, as
-    in the official code: a batched chunk would let them see each other's moving δ and give other δ."""
+    Chunks of config.opt_batch requests are optimised together: each row is its own problem (MaskedAdam,
+    per-request early stop), so a chunk gives the δ each request gets alone. An alignment that declares itself
+    `sequential` (EAMET: request i's loss depends on the final δ of the requests before it) gets one request at a
+    time, as in the official code: a batched chunk would let them see each other's moving δ and give other δ."""
     deltas, inits, nlls = [], [], []
-    size = 1 if alignment else config.opt_batch
+    size = 1 if alignment is not None and alignment.sequential else config.opt_batch
     chunks = range(0, len(requests), size)
     for start in (ectx.progress(chunks, description="values") if ectx.progress else chunks):
         span = range(start, min(start + size, len(requests)))
-        extra = (lambda d, s=span: alignment.loss(d, s)) if alignment else None
+        extra = (lambda d, s=span: alignment.loss(d, s)) if alignment is not None else None
         delta, init, nll = _optimise_chunk(ectx, [requests[i] for i in span], keys_z[span.start:span.stop],
                                            config, layer, extra)
-        if alignment:
+        if alignment is not None:
             alignment.record(delta, span)
         deltas.append(delta)
         inits.append(init)
@@ -193,6 +211,36 @@ def _target_nll(lm_head: nn.Module, last: torch.Tensor, rows: list[Row], picked:
     return torch.zeros(n, device=device).index_add(0, owner, token_nll) / prompts_per_request
 
 
+def _start(config: MemitConfig, h_init: torch.Tensor, keys_z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(δ's start, the bound of ‖δ‖ per request): 0 or EAMET's ‖k‖·h/‖h‖ (where ‖h‖ < 100); clamp_factor·‖h‖
+    (MEMIT) or ·‖k‖ (EAMET)."""
+    delta = torch.zeros_like(h_init)
+    if config.init == "target":
+        key_norm = keys_z.norm(dim=-1, keepdim=True)
+        h_norm = h_init.norm(dim=-1, keepdim=True)
+        delta = torch.where(h_norm < 100, key_norm * h_init / h_norm.clamp_min(1e-12), delta)
+    max_norm = config.clamp_factor * (h_init.norm(dim=-1) if config.clamp == "h" else keys_z.norm(dim=-1))
+    return delta, max_norm
+
+
+def _essence_kl(runner: _SuffixRunner, lm_head: nn.Module, picked: list[int], n: int, kl_init: torch.Tensor,
+                first: bool) -> torch.Tensor:
+    """Per request: KL(now ‖ start) of the next-token distribution after "{subject} is a" (the essence rows
+    `picked`); on the first step the start distributions are stored in kl_init."""
+    device = kl_init.device
+    kl = torch.zeros(n, device=device)
+    suffixes = runner.rows
+    for group in length_groups(suffixes, picked):
+        last = runner.forward(group)
+        ends = torch.tensor([len(suffixes[i].ids) - 1 for i in group], device=device)
+        owner = torch.tensor([suffixes[i].request for i in group], device=device)
+        ess = torch.log_softmax(lm_head(last[torch.arange(len(group)), ends]).float(), dim=-1)
+        if first:
+            kl_init[owner] = ess.detach()
+        kl = kl.index_add(0, owner, (ess.exp() * (ess - kl_init[owner])).sum(-1))  # KL(now ‖ start)
+    return kl
+
+
 def _optimise_chunk(ectx: EditContext, requests, keys_z, config, layer, alignment):
     tokenizer, templates, device, lm_head = ectx.tokenizer, ectx.templates, ectx.device, ectx.lm_head
     rows = prompt_rows(tokenizer, requests, templates, with_target=True)
@@ -203,13 +251,7 @@ def _optimise_chunk(ectx: EditContext, requests, keys_z, config, layer, alignmen
     suffixes = runner.rows
     h_init = runner.subject_states([i for i in range(len(rows)) if i % len(templates) == 0])  # template ""
 
-    delta = torch.zeros_like(h_init)
-    if config.init == "target":
-        key_norm = keys_z.norm(dim=-1, keepdim=True)
-        h_norm = h_init.norm(dim=-1, keepdim=True)
-        delta = torch.where(h_norm < 100, key_norm * h_init / h_norm.clamp_min(1e-12), delta)
-    max_norm = config.clamp_factor * (h_init.norm(dim=-1) if config.clamp == "h" else keys_z.norm(dim=-1))
-
+    delta, max_norm = _start(config, h_init, keys_z)
     n = len(requests)
     prompts_per_request = torch.bincount(torch.tensor([r.request for r in rows]), minlength=n).float().to(device)
     adam = MaskedAdam(delta.shape, config.v_lr, device=device)
@@ -225,15 +267,7 @@ def _optimise_chunk(ectx: EditContext, requests, keys_z, config, layer, alignmen
             for group in length_groups(suffixes, [i for i, r in enumerate(rows) if active[r.request]]):
                 last = runner.forward(group)
                 step_nll = step_nll + _target_nll(lm_head, last, suffixes, group, n, prompts_per_request)
-            kl = torch.zeros(n, device=device)
-            for group in length_groups(suffixes, [len(rows) + int(q) for q in live]):
-                last = runner.forward(group)
-                ends = torch.tensor([len(suffixes[i].ids) - 1 for i in group], device=device)
-                owner = torch.tensor([suffixes[i].request for i in group], device=device)
-                ess = torch.log_softmax(lm_head(last[torch.arange(len(group)), ends]).float(), dim=-1)
-                if step == 0:
-                    kl_init[owner] = ess.detach()
-                kl = kl.index_add(0, owner, (ess.exp() * (ess - kl_init[owner])).sum(-1))  # KL(now ‖ start)
+            kl = _essence_kl(runner, lm_head, [len(rows) + int(q) for q in live], n, kl_init, step == 0)
             loss = step_nll + config.kl_factor * kl
             loss = loss + config.v_weight_decay * delta.norm(dim=-1) / h_init.norm(dim=-1).square()
             if alignment is not None:

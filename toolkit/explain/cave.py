@@ -217,6 +217,8 @@ def background_cells(pix_to_face: np.ndarray, stride: int) -> torch.Tensor:
     return torch.from_numpy(cells.all(axis=(2, 4)))
 
 
+# long: one training loop (the feature extractor, the neural mesh features, the contrastive loss and its
+# optimiser share state across epochs); read top to bottom as the paper's training recipe
 def train_cave(config: CaveConfig, data: dict, ctx) -> tuple[CaveModel, dict]:
     n_classes = len(data["classes"])
     train = np.nonzero(data["split"] == "train")[0]

@@ -173,13 +173,3 @@ def load_dataset(path: str | Path) -> dict[str, np.ndarray]:
         faces = data["pix_to_face"][data["labels"] == c]
         require(faces.max(initial=NO_FACE) < n_faces, f"pix_to_face of class {c} refers to a missing face")
     return data
-
-
-def class_meshes(data: dict[str, np.ndarray]) -> list[PartMesh]:
-    """Undeformed class meshes (one part each: the dataset does not store part colours)."""
-    meshes = []
-    for c in range(len(data["classes"])):
-        triangles = data[f"mesh{c}_triangles"].astype(np.int64)
-        meshes.append(PartMesh(data[f"mesh{c}_vertices"].astype(np.float64), triangles,
-                               np.zeros(len(triangles), np.int64), ("object",)))
-    return meshes

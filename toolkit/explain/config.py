@@ -3,11 +3,24 @@ these fields, so each knob is declared once, here)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
 from toolkit.core.config import BaseConfig
+from toolkit.core.registry import declare
+
+declare("explain", "toolkit.explain.methods")  # the formal explainers (FAME, VeriX), one module each
+# the flags every formal explainer offers (an explainer adds its own between data/box and verify/attack)
+FORMAL_FLAGS = ["model", "data", "epsilon", "n_samples"]
+FORMAL_TAIL = ["verify", "attack"]
+
+
+class Explainer(Protocol):
+    """A registered formal explainer (toolkit/explain/methods/): explains `config.n_samples` images of `config.model`
+    on its ε-box, writes its outputs under ctx and returns the metrics."""
+
+    def __call__(self, config: Any, ctx: Any) -> dict: ...
 
 
 class FormalConfig(BaseConfig):

@@ -88,8 +88,3 @@ def damped_cholesky(H: torch.Tensor, percdamp: float = 0.01, max_tries: int = 6)
         damp = damp * 10 if damp > 0 else 1e-8 * max(mean_diag, 1.0)
     raise RunError(f"Hessian is not positive definite even with damping {damp:.3g}",
                    "raise percdamp or use more calibration samples")
-
-
-def damped_inverse(H: torch.Tensor, percdamp: float = 0.01) -> torch.Tensor:
-    L, _ = damped_cholesky(H, percdamp)
-    return torch.cholesky_inverse(L)

@@ -1,5 +1,7 @@
-"""Weight-space merging baselines the paper compares against: averaging, task arithmetic, TIES (the padded
-average of different sizes is `average` over `projection.lay_out`).
+"""The float64 tensor math of the weight-space baselines the paper compares against: averaging, task arithmetic,
+TIES (the padded average of different sizes is `average` over `projection.lay_out`). The registered methods
+(toolkit/merge/methods/) call these per tensor; the per-model lists are checked once per merge
+(toolkit.merge.common.check_config).
 
 Task arithmetic: Ilharco et al., "Editing Models with Task Arithmetic", ICLR 2023 (θ = θ_base + λ Σ τ_i).
 TIES: Yadav et al., "TIES-Merging", NeurIPS 2023 (trim to the top-k% magnitudes, elect a sign per entry by the
@@ -14,9 +16,8 @@ from toolkit.core.errors import require
 
 
 def normalise_weights(weights: list[float] | None, n: int) -> list[float]:
+    """The weights divided by their sum (uniform 1/n when None)."""
     weights = [1.0 / n] * n if weights is None else list(weights)
-    require(len(weights) == n, f"{len(weights)} merge weights for {n} models")
-    require(all(w >= 0 for w in weights) and sum(weights) > 0, "merge weights must be >= 0 and not all zero")
     total = sum(weights)
     return [w / total for w in weights]
 
@@ -30,12 +31,6 @@ def check_shapes(states: list[dict[str, torch.Tensor]]) -> None:
                     "different sizes", hint="use `iclrkit merge padded` or `iclrkit merge latent run`")
 
 
-def average(states: list[dict[str, torch.Tensor]], weights: list[float] | None = None) -> dict[str, torch.Tensor]:
-    check_shapes(states)
-    weights = normalise_weights(weights, len(states))
-    return {name: average_tensor([s[name] for s in states], weights) for name in states[0]}
-
-
 def average_tensor(tensors: list[torch.Tensor], weights: list[float], dtype: torch.dtype | None = None):
     """One tensor of `average`: Σ w_i·t_i in float64 (weights already normalised), cast to `dtype` (default: the
     first tensor's); a non-float tensor is the first model's."""
@@ -44,24 +39,10 @@ def average_tensor(tensors: list[torch.Tensor], weights: list[float], dtype: tor
     return sum(w * t.double() for w, t in zip(weights, tensors)).to(dtype or tensors[0].dtype)
 
 
-def task_vectors(states: list[dict[str, torch.Tensor]], base: dict[str, torch.Tensor]) -> list[dict]:
-    check_shapes(states + [base])
-    return [{n: s[n].double() - base[n].double() for n in base if base[n].is_floating_point()} for s in states]
-
-
-def task_arithmetic(states: list[dict[str, torch.Tensor]], base: dict[str, torch.Tensor],
-                    scaling: float = 1.0, weights: list[float] | None = None) -> dict[str, torch.Tensor]:
-    """θ_base + λ Σ τ_i, or with per-model `weights` (mergekit's task_arithmetic) θ_base + λ Σ w_i τ_i."""
-    check_shapes(states + [base])
-    if weights is not None:
-        require(len(weights) == len(states), f"{len(weights)} merge weights for {len(states)} models")
-    return {n: task_arithmetic_tensor([s[n] for s in states], base[n], scaling, weights) for n in base}
-
-
 def task_arithmetic_tensor(tensors: list[torch.Tensor], base: torch.Tensor, scaling: float = 1.0,
                            weights: list[float] | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """One tensor of `task_arithmetic`, in float64 (one tensor's task vectors at a time), cast to `dtype`
-    (default: the base's); a non-float tensor is the base's."""
+    """θ_base + λ Σ τ_i, or with per-model `weights` (mergekit's task_arithmetic) θ_base + λ Σ w_i τ_i, in float64
+    (one tensor's task vectors at a time), cast to `dtype` (default: the base's); a non-float tensor is the base's."""
     if not base.is_floating_point():
         return base.clone()
     taus = [t.double() - base.double() for t in tensors]
@@ -70,32 +51,12 @@ def task_arithmetic_tensor(tensors: list[torch.Tensor], base: torch.Tensor, scal
     return (base.double() + scaling * sum(taus)).to(dtype or base.dtype)
 
 
-def ties(states: list[dict[str, torch.Tensor]], base: dict[str, torch.Tensor], density: float = 0.2,
-         scaling: float = 1.0, weights: list[float] | None = None, densities: list[float] | None = None,
-         normalize: bool = True) -> dict[str, torch.Tensor]:
-    """TIES; with per-model `weights` / `densities` as mergekit's ties: the sign is elected on the weighted trimmed
-    τ (a zero sum counts as +), and the agreeing weighted τ are summed and, with `normalize`, divided by their
-    summed weights."""
-    densities = ties_densities(len(states), density, densities, weights)
-    check_shapes(states + [base])
-    return {n: ties_tensor([s[n] for s in states], base[n], densities, scaling, weights, normalize) for n in base}
-
-
-def ties_densities(n: int, density: float, densities: list[float] | None, weights: list[float] | None):
-    """The per-model densities TIES uses, checked (and the weights' count)."""
-    densities = list(densities) if densities is not None else [density] * n
-    require(len(densities) == n, f"{len(densities)} TIES densities for {n} models")
-    for value in densities:
-        require(0.0 < value <= 1.0, f"TIES density must be in (0, 1], got {value}")
-    if weights is not None:
-        require(len(weights) == n, f"{len(weights)} merge weights for {n} models")
-    return densities
-
-
 def ties_tensor(tensors: list[torch.Tensor], base: torch.Tensor, densities: list[float], scaling: float = 1.0,
                 weights: list[float] | None = None, normalize: bool = True,
                 dtype: torch.dtype | None = None) -> torch.Tensor:
-    """One tensor of `ties` (`densities` per model, from `ties_densities`), cast to `dtype` (default: the base's)."""
+    """TIES on one tensor (`densities` per model), cast to `dtype` (default: the base's). With per-model `weights`
+    as mergekit's ties: the sign is elected on the weighted trimmed τ (a zero sum counts as +), and the agreeing
+    weighted τ are summed and, with `normalize`, divided by their summed weights."""
     if not base.is_floating_point():
         return base.clone()
     stacked = torch.stack([trim_top_k(t.double() - base.double(), d) for t, d in zip(tensors, densities)])

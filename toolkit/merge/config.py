@@ -1,16 +1,27 @@
 """The configs of `iclrkit merge ...` (light to import: the CLI builds its options from these fields, each knob
-declared once here) and the options a registered tensor-by-tensor merge method reads (`MergeOptions`)."""
+declared once here, and a registered tensor-by-tensor method reads its knobs straight from its config).
+
+A scalar knob of a tensor-by-tensor merge (`t`, `scaling`, `density`, a per-model weight, ...) may also be a
+*gradient*, as in mergekit: a list of values interpolated over the layers (the first value at block 0, the last at
+the last block, linearly between; tensors outside the blocks take the first value): `toolkit.merge.common.Site.at`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolkit.core.config import BaseConfig
+from toolkit.core.registry import declare
+
+declare("merge", "toolkit.merge.methods")  # every module there registers its method(s)
 
 MODELS_HOW = "--model repeated and/or comma separated (--models is the same); a folder of model dirs expands."
+# a number, or a gradient over the layers (mergekit's list form)
+Scalar = Union[float, list[float]]
+# the flags every same-size tensor merge offers besides its own knobs
+TENSOR_FLAGS = ["numerics"]
 
 
 def models_field(what: str) -> Any:
@@ -23,18 +34,6 @@ def weights_field(description: str) -> Any:
     return Field(None, description=description, json_schema_extra={"style": "comma"})
 
 
-@dataclass(frozen=True)
-class MergeOptions:
-    """What a tensor-by-tensor merge method may read (each reads its own): per-model weights, the task-vector
-    scaling λ, the TIES density (one, or `densities` per model) and mergekit's `normalize`."""
-
-    weights: list[float] | None = None
-    scaling: float = 1.0
-    density: float = 0.2
-    densities: list[float] | None = None
-    normalize: bool = True
-
-
 class StreamingFields(BaseConfig):
     """How the same-size merges read and write: streamed tensor by tensor from local safetensors directories."""
 
@@ -45,43 +44,159 @@ class StreamingFields(BaseConfig):
         "auto", description="Output dtype; auto = the inputs' dtype when streaming (float32 otherwise).")
 
 
-class AverageConfig(StreamingFields):
-    """Weight averaging (model soup) of same-size models."""
+class TensorMergeConfig(StreamingFields):
+    """Knobs every tensor-by-tensor merge shares (toolkit/merge/methods/: one function per tensor)."""
+
+    method: str = "average"  # the registered merge method; each config class pins its own
+    models: list[str] = models_field("Models to merge (paths or zoo:NAME)")
+    weights: list[Scalar] | None = weights_field("Merge weight per model; default: the same for every model.")
+    numerics: Literal["float64", "mergekit"] = Field(
+        "float64", description="float64: every merge computed in float64, rounded once to the output dtype (the "
+                               "default: correctly rounded); mergekit: computed as mergekit 0.1.5 does, in the "
+                               "models' dtype (--set compute_dtype) with its order of operations, for "
+                               "byte-identical results.")
+    # numerics=mergekit only: the dtype mergekit loads and computes in (its YAML `dtype`); auto = the output dtype
+    compute_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+
+    @field_validator("t", "scaling", "density", "epsilon", "gamma", mode="before", check_fields=False)
+    @classmethod
+    def _gradient_text(cls, value):
+        """`--t 0,0.5,1` (and `--set t=0,0.5,1`) arrive as text: a gradient."""
+        if isinstance(value, str) and "," in value:
+            try:
+                return [float(part) for part in value.split(",") if part.strip()]
+            except ValueError:
+                raise ValueError(f"expected a number or comma-separated numbers, got {value!r}") from None
+        return value
+
+
+class AverageConfig(TensorMergeConfig):
+    """Weight averaging (model soup) of same-size models; mergekit's `linear`."""
 
     method: Literal["average"] = "average"
-    models: list[str] = models_field("Models to merge (paths or zoo:NAME)")
-    weights: list[float] | None = weights_field("Merge weight per model (normalised); default uniform.")
-
-    def options(self) -> MergeOptions:
-        return MergeOptions(weights=self.weights)
+    weights: list[Scalar] | None = weights_field("Merge weight per model (normalised); default uniform.")
+    # false: Σ wᵢ θᵢ as given (mergekit's `normalize: false`); true: divided by Σ wᵢ
+    normalize: bool = True
 
 
-class TaskVectorFields(StreamingFields):
+class TaskVectorFields(TensorMergeConfig):
     """The merges of task vectors τᵢ = θᵢ − θ_base: the fine-tuned models and their common base."""
 
     models: list[str] = models_field("Fine-tuned models")
     base: str = Field(..., description="The common pre-trained model the task vectors are taken from.")
+    scaling: Scalar = Field(1.0, description="λ, the scaling of the merged task vector (mergekit's `lambda`).")
+    normalize: bool = False  # divide the merged task vector by the summed weights (of the agreeing models, TIES)
 
 
 class TaskArithmeticConfig(TaskVectorFields):
     """Task arithmetic (Ilharco et al., ICLR 2023, https://arxiv.org/abs/2212.04089): θ_base + λ Σ (θ_i − θ_base)."""
 
     method: Literal["task-arithmetic"] = "task-arithmetic"
-    scaling: float = Field(1.0, ge=0.0, description="λ, the task-vector scaling (paper: tuned on validation).")
-
-    def options(self) -> MergeOptions:
-        return MergeOptions(scaling=self.scaling)
+    scaling: Scalar = Field(1.0, description="λ, the task-vector scaling (paper: tuned on validation).")
 
 
-class TiesConfig(TaskVectorFields):
+class SparsifiedFields(TaskVectorFields):
+    """Task-vector merges that first drop entries of each τᵢ (TIES, DARE, DELLA, breadcrumbs)."""
+
+    density: Scalar = Field(0.2, description="Fraction k of each task vector kept, (0, 1].")
+    densities: list[Scalar] | None = None  # per model (mergekit's per-model density); None: `density` for all
+    rescale: bool = False  # scale each sparsified τ back to its L1 norm (mergekit's `rescale`)
+
+
+class TiesConfig(SparsifiedFields):
     """TIES-Merging (Yadav et al., NeurIPS 2023, https://arxiv.org/abs/2306.01708; github.com/prateeky2806/ties-merging)."""
 
     method: Literal["ties"] = "ties"
-    density: float = Field(0.2, gt=0.0, le=1.0, description="Fraction k of each task vector kept (paper: top 20%).")
-    scaling: float = Field(1.0, ge=0.0, description="λ applied to the merged task vector (paper: 1).")
+    density: Scalar = Field(0.2, description="Fraction k of each task vector kept (paper: top 20%).")
+    scaling: Scalar = Field(1.0, description="λ applied to the merged task vector (paper: 1).")
+    normalize: bool = True
 
-    def options(self) -> MergeOptions:
-        return MergeOptions(scaling=self.scaling, density=self.density)
+
+class DareConfig(SparsifiedFields):
+    """DARE (Yu et al., ICML 2024, https://arxiv.org/abs/2311.03099): drop each τ entry with probability 1 − density,
+    rescale the kept ones (as mergekit: to the task vector's L1 norm), then sum (dare-linear) or TIES' sign election
+    (dare-ties). The drops are seeded per tensor and model from --seed."""
+
+    method: Literal["dare-ties", "dare-linear"] = "dare-ties"
+    density: Scalar = Field(0.5, description="Probability of keeping each task-vector entry, (0, 1].")
+    rescale: bool = True
+
+
+class DellaConfig(DareConfig):
+    """DELLA (Deep et al., 2024, https://arxiv.org/abs/2406.11617): MagPrune keeps each entry with a probability
+    that grows with its magnitude rank within its row (density ± epsilon), rescaled, then merged as TIES (della) or
+    summed (della-linear)."""
+
+    method: Literal["della"] = "della"
+    epsilon: Scalar = Field(0.15, description="Half-width of the keep probabilities around the density.")
+    normalize: bool = True
+
+
+class DellaLinearConfig(DellaConfig):
+    """DELLA's drops, then the weighted task vectors summed (mergekit's della_linear)."""
+
+    method: Literal["della-linear"] = "della-linear"
+    normalize: bool = False
+
+
+class BreadcrumbsConfig(SparsifiedFields):
+    """Model Breadcrumbs (Davari & Belilovsky, ECCV 2024, https://arxiv.org/abs/2312.06795): drop the largest
+    `gamma` share of each task vector's magnitudes (outliers) and the smallest down to `density`, then sum
+    (breadcrumbs) or TIES' sign election (breadcrumbs-ties)."""
+
+    method: Literal["breadcrumbs", "breadcrumbs-ties"] = "breadcrumbs"
+    density: Scalar = Field(0.9, description="Fraction of each task vector kept, (0, 1].")
+    gamma: Scalar = Field(0.01, description="Fraction of the largest-magnitude entries dropped as outliers.")
+
+
+class ModelStockConfig(TensorMergeConfig):
+    """Model Stock (Jang et al., ECCV 2024, https://arxiv.org/abs/2403.19522): the fine-tuned models' average pulled
+    towards the base by t = k·cosθ / (1 + (k−1)·cosθ), cosθ the mean pairwise cosine of their task vectors."""
+
+    method: Literal["model-stock"] = "model-stock"
+    models: list[str] = models_field("Fine-tuned models (at least two)")
+    base: str = Field(..., description="The pre-trained model the fine-tuned ones started from.")
+    filter_wise: bool = Field(False, description="One t per row (filter) instead of one per tensor.")
+
+
+class SlerpConfig(TensorMergeConfig):
+    """Spherical linear interpolation of two models (Shoemake 1985; mergekit's slerp): per tensor, along the great
+    circle between the base and the other model; nearly collinear tensors are interpolated linearly."""
+
+    method: Literal["slerp"] = "slerp"
+    models: list[str] = models_field("The model interpolated towards (one)")
+    base: str = Field(..., description="The model at t = 0.")
+    t: Scalar = Field(0.5, description="Interpolation factor (0: base, 1: the other model); a list is a gradient "
+                                       "over the layers.", json_schema_extra={"style": "comma"})
+
+
+class PassthroughSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    layer_range: tuple[int, int]  # blocks [start, stop) of `model`
+    scale: Scalar | None = None  # multiply the source's tensors (mergekit's passthrough `scale`; a list: gradient)
+
+
+class PassthroughSlice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sources: list[PassthroughSource] = Field(min_length=1, max_length=1)
+
+
+class PassthroughConfig(StreamingFields):
+    """Stack block ranges of models into a new model (mergekit's passthrough with `slices`): the blocks of every
+    slice in order, embeddings from the first slice's model, final norm and head from the last's."""
+
+    method: Literal["passthrough"] = "passthrough"
+    slices: list[PassthroughSlice] = Field(..., min_length=1, description="Block ranges, in output order: "
+                                           "[{sources: [{model, layer_range: [start, stop]}]}] (YAML, via --config).")
+    numerics: Literal["float64", "mergekit"] = "float64"
+    compute_dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+
+    @property
+    def models(self) -> list[str]:
+        return list(dict.fromkeys(s.sources[0].model for s in self.slices))
 
 
 class PaddedConfig(BaseConfig):

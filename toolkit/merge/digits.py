@@ -60,10 +60,6 @@ def net_from_state(family: str, arch: dict, state: dict[str, torch.Tensor]) -> n
     return net.eval()
 
 
-def mlp_from_state(sizes: list[int], state: dict[str, torch.Tensor]) -> DigitsMLP:
-    return net_from_state("digits-mlp", {"sizes": sizes}, state)
-
-
 @lru_cache(maxsize=1)
 def digits_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(x_train, y_train, x_test, y_test): pixels / 16, a stratified 70/30 split with a fixed seed."""

@@ -24,9 +24,17 @@ import torch
 from toolkit.core.errors import BadInputError, RunError, require
 from toolkit.core.records import write_json
 from toolkit.merge import chunking
-from toolkit.merge.baselines import average, normalise_weights
-from toolkit.merge.common import finish, load_parents, pick_target, record_depths
-from toolkit.merge.config import LatentMergeConfig, LatentTrainConfig
+from toolkit.merge.baselines import normalise_weights
+from toolkit.merge.common import (
+    finish,
+    load_parents,
+    merge_states,
+    nonnegative_weights,
+    per_model,
+    pick_target,
+    record_depths,
+)
+from toolkit.merge.config import AverageConfig, LatentMergeConfig, LatentTrainConfig
 from toolkit.merge.evaluate import evaluate
 from toolkit.merge.models import PlainModel, load_for_merge, parse_model_list
 from toolkit.merge.projection import lay_out
@@ -287,7 +295,8 @@ def latent_merge(model: WeightVAE, states: list[dict[str, torch.Tensor]], weight
     if residual:
         reconstructions = [decode(model, z, c, c.means, c.stds, stage, device) for z, c in zip(codes, encoded)]
         decoded = residual_corrected(decoded, states, reconstructions, weights)
-    outside = average([{n: s[n] for n in s if n not in decoded} for s in states], weights) \
+    outside = merge_states(AverageConfig(weights=weights), [{n: s[n] for n in s if n not in decoded}
+                                                           for s in states], None) \
         if len(decoded) < len(states[0]) else {}
     return {n: decoded[n] if n in decoded else outside[n] for n in states[0]}, int(codes[0].numel())
 
@@ -297,6 +306,8 @@ def run_merge(config: LatentMergeConfig, ctx) -> None:
     parents = load_parents(config.models, ctx.device, depths_may_differ=True)
     require(parents[0].family == meta["family"],
             f"the VAE was trained on {meta['family']} models, not {parents[0].family}")
+    per_model(config.weights, len(parents), "merge weights")
+    nonnegative_weights(config.weights)
     weights = normalise_weights(config.weights, len(parents))
     target_spec = config.target or meta.get("target")
     target = pick_target(parents, target_spec, ctx.device) if target_spec else pick_target(parents, None, ctx.device)

@@ -117,6 +117,8 @@ def _texts(config: LMZooConfig, out: Path) -> dict[str, tuple[str, Path]]:
     return texts
 
 
+# long: the zoo recipe (tokenizer, backbones, fine-tunes and their snapshots) with one saver closure that every
+# member goes through; read top to bottom
 def run_lm_zoo(config: LMZooConfig, ctx) -> None:
     from toolkit.data.text import tokenize
     from toolkit.models.save import save_model

@@ -140,7 +140,7 @@ def like(template: PlainModel, state: dict[str, torch.Tensor], arch: dict | None
 
 
 def save_merged(model: PlainModel, out: Path, technique: str, parents: list[str], paper: str, command: str,
-                metadata: dict) -> Path:
+                metadata: dict, notes: str = "") -> Path:
     meta = {"technique": technique, "parents": parents, **metadata}
     if model.hf_model is None:
         return save_plain(model, out, metadata=meta)
@@ -151,7 +151,7 @@ def save_merged(model: PlainModel, out: Path, technique: str, parents: list[str]
     require(not unexpected and set(missing) <= tied, f"merged state does not fit the model: missing {missing[:3]}, "
             f"unexpected {unexpected[:3]}")
     return save_model(model.hf_model, model.tokenizer, out, technique=technique, source=" + ".join(parents),
-                      paper=paper, command=command, metadata=meta)
+                      paper=paper, command=command, notes=notes, metadata=meta)
 
 
 def parse_model_list(models: list[str] | str | None) -> list[str]:

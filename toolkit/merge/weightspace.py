@@ -1,5 +1,5 @@
-"""Runs of the weight-space merges: `merge average | task-arithmetic | ties` (any registered tensor-by-tensor
-method, toolkit/merge/methods.py) and `merge padded`; their configs are in toolkit/merge/config.py."""
+"""Runs of the weight-space merges: `merge average | task-arithmetic | ties | ...` (any registered tensor-by-tensor
+method, toolkit/merge/methods/) and `merge padded`; their configs are in toolkit/merge/config.py."""
 
 from __future__ import annotations
 
@@ -8,17 +8,15 @@ from toolkit.merge.common import (
     load_parents,
     merge_states,
     method_of,
+    numerics_note,
     pick_target,
     record_depths,
     stream_merge,
     streamable,
 )
-from toolkit.merge.config import AverageConfig, MergeOptions, PaddedConfig, TaskArithmeticConfig, TiesConfig
+from toolkit.merge.config import AverageConfig, PaddedConfig
 from toolkit.merge.models import parse_model_list
 from toolkit.merge.projection import lay_out
-
-__all__ = ["AverageConfig", "PaddedConfig", "TaskArithmeticConfig", "TiesConfig", "run_average", "run_padded",
-           "run_task_arithmetic", "run_ties", "run_weightspace"]
 
 
 def _streams(config, specs: list[str]) -> bool:
@@ -53,24 +51,28 @@ def run_weightspace(config, ctx) -> None:
     base = getattr(config, "base", None) if method.needs_base else None
     specs = parse_model_list(config.models)
     if _streams(config, specs + ([base] if base is not None else [])):
-        stream_merge(ctx, method.name, specs, base, technique, paper, metadata, options=config.options(),
-                     dtype=config.dtype)
+        stream_merge(ctx, config, specs, base, technique, paper, metadata)
         return
-    parents = load_parents(config.models, ctx.device)
+    parents = load_parents(config.models, ctx.device) if len(specs) > 1 else [_one(specs[0], ctx)]
     template = pick_target(parents, base, ctx.device) if method.needs_base else parents[0]
-    state = merge_states(method.name, [p.state for p in parents], template.state if method.needs_base else None,
-                         config.options())
-    finish(ctx, parents, template, _cast(config, template, state), technique, paper, metadata)
+    state = merge_states(config, [p.state for p in parents], template.state if method.needs_base else None,
+                         seed=ctx.seed)
+    finish(ctx, parents, template, _cast(config, template, state), technique, paper, metadata,
+           notes=numerics_note(config))
 
 
-run_average = run_task_arithmetic = run_ties = run_weightspace  # the names the commands had
+def _one(spec: str, ctx):
+    """A merge of one model and its base (task vectors, slerp): load_parents wants two."""
+    from toolkit.merge.models import load_for_merge
+
+    return load_for_merge(spec, ctx.device)
 
 
 def run_padded(config: PaddedConfig, ctx) -> None:
     parents = load_parents(config.models, ctx.device, depths_may_differ=True)
     target = pick_target(parents, config.target, ctx.device)
     laid_out = [lay_out(p, target, config.align, config.fill) for p in parents]
-    state = merge_states("average", laid_out, None, MergeOptions(weights=config.weights))
+    state = merge_states(AverageConfig(models=[p.source for p in parents], weights=config.weights), laid_out, None)
     finish(ctx, parents, target, state, "merge.padded", "", {"target": target.source, "align": config.align,
                                                                     "fill": config.fill})
     record_depths(ctx, parents, target)

@@ -69,16 +69,3 @@ def edit_output(model: nn.Module, path: str, fn: Callable) -> Iterator[None]:
         yield
     finally:
         handle.remove()
-
-
-@contextlib.contextmanager
-def edit_input(model: nn.Module, path: str, fn: Callable) -> Iterator[None]:
-    """Replace a module's first positional input by fn(input)."""
-    def hook(module, args):
-        return (fn(args[0]),) + tuple(args[1:])
-
-    handle = module_at(model, path).register_forward_pre_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()

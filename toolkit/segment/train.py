@@ -75,6 +75,8 @@ def train_steps(model: UNet, images: torch.Tensor, masks: torch.Tensor, steps: i
     return losses, optimizer
 
 
+# long: one training loop (the optimiser, its schedule, the best-checkpoint and --resume state are shared by every
+# step); read top to bottom as the paper's recipe
 def train(config: MBUNetTrainConfig, ctx) -> dict:
     from toolkit.segment.data import load_dataset, split
 

@@ -7,11 +7,25 @@ h_l(x) of shape (n, d); for the paired estimators row i of both matrices comes f
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from toolkit.core.errors import require
 
-METHODS = ("pcms", "ums", "ilcs")
+
+class Estimator(Protocol):
+    """A registered direction estimator (toolkit/steer/methods/): a direction (d,) from the undesired and neutral
+    activations (n, d); `pair_index` is the one pair an instance-level estimator uses."""
+
+    def __call__(self, undesired: torch.Tensor, neutral: torch.Tensor, pair_index: int = 0) -> torch.Tensor: ...
+
+
+def estimator(method: str):
+    """The registry entry of estimator `method` (unknown: one BadInputError line listing the known ones)."""
+    from toolkit.core.registry import registry  # toolkit/steer/__init__.py declares the estimators' modules
+
+    return registry("steer").get(method)
 
 
 def pcms_direction(undesired: torch.Tensor, neutral: torch.Tensor) -> torch.Tensor:
@@ -36,12 +50,8 @@ def ilcs_direction(undesired: torch.Tensor, neutral: torch.Tensor, index: int = 
 
 
 def estimate(method: str, undesired: torch.Tensor, neutral: torch.Tensor, pair_index: int = 0) -> torch.Tensor:
-    require(method in METHODS, f"unknown steering method '{method}'", f"use one of {', '.join(METHODS)}")
-    if method == "pcms":
-        return pcms_direction(undesired, neutral)
-    if method == "ums":
-        return ums_direction(undesired, neutral)
-    return ilcs_direction(undesired, neutral, pair_index)
+    """The direction of the registered estimator `method`."""
+    return estimator(method).obj(undesired, neutral, pair_index)
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -52,28 +62,26 @@ def split_half_cosine(method: str, undesired: torch.Tensor, neutral: torch.Tenso
                       seed: int = 0) -> float:
     """Mean cos(v_A, v_B) between directions estimated on two disjoint random halves of the examples.
 
-    Each estimator is resampled the way it consumes data: PCMS splits the pairs; UMS ignores pairing, so the
-    undesired and the neutral sets are halved by independent permutations (as two unpaired samples would be);
-    ILCS compares one random pair from each half.
+    Each estimator is resampled the way it consumes data: a paired one (PCMS, ILCS) splits the pairs (ILCS then
+    compares one random pair from each half: pair 0 of each shuffled half); an unpaired one (UMS) ignores pairing,
+    so the undesired and the neutral sets are halved by independent permutations (as two unpaired samples would
+    be).
     """
     n_u, n_n = undesired.shape[0], neutral.shape[0]
     require(min(n_u, n_n) >= 2, "split-half stability needs at least 2 examples on each side")
+    entry = estimator(method)
     generator = torch.Generator().manual_seed(seed)
     total = 0.0
     for _ in range(repeats):
-        if method == "ums":
+        if not entry.meta.get("paired", True):
             perm_u, perm_n = torch.randperm(n_u, generator=generator), torch.randperm(n_n, generator=generator)
-            a = ums_direction(undesired[perm_u[: n_u // 2]], neutral[perm_n[: n_n // 2]])
-            b = ums_direction(undesired[perm_u[n_u // 2:]], neutral[perm_n[n_n // 2:]])
+            a = entry.obj(undesired[perm_u[: n_u // 2]], neutral[perm_n[: n_n // 2]], 0)
+            b = entry.obj(undesired[perm_u[n_u // 2:]], neutral[perm_n[n_n // 2:]], 0)
         else:
             require(n_u == n_n, f"{method.upper()} needs paired examples ({n_u} undesired vs {n_n} neutral)")
             perm = torch.randperm(n_u, generator=generator)
             half_a, half_b = perm[: n_u // 2], perm[n_u // 2:]
-            if method == "pcms":
-                a = pcms_direction(undesired[half_a], neutral[half_a])
-                b = pcms_direction(undesired[half_b], neutral[half_b])
-            else:
-                a = ilcs_direction(undesired[half_a], neutral[half_a], 0)
-                b = ilcs_direction(undesired[half_b], neutral[half_b], 0)
+            a = entry.obj(undesired[half_a], neutral[half_a], 0)
+            b = entry.obj(undesired[half_b], neutral[half_b], 0)
         total += cosine(a, b)
     return total / repeats

@@ -11,14 +11,22 @@ from __future__ import annotations
 import json
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
 from toolkit.core.fields import data_field, layers_field, model_field, onload_field
 from toolkit.core.records import JsonlWriter
+from toolkit.core.registry import registry
 
-Method = Literal["pcms", "ums", "ilcs"]
+Method = str  # a registered estimator (toolkit/steer/methods/): pcms, ums, ilcs, ...
+
+
+def _registered(value):
+    for name in [value] if isinstance(value, str) else value:
+        if name not in registry("steer"):
+            raise ValueError(f"unknown steering method '{name}' (known: {', '.join(registry('steer').names())})")
+    return value
 Position = Literal["last", "mean"]
 Operator = Literal["add", "ablate", "clip"]  # clip: beyond the paper, see intervene.steer_fn
 
@@ -36,6 +44,8 @@ class SteerConfig(BaseConfig):
     split_repeats: int = 20  # random halvings averaged in the split-half cosine
     batch_size: int = 16
     onload: bool = onload_field()  # blocks 0..max(layers) one at a time (intervene.read_activations_onloaded)
+
+    _method = field_validator("method")(_registered)
 
 
 class GenerateConfig(BaseConfig):
@@ -84,6 +94,8 @@ class SweepConfig(BaseConfig):
     pair_index: int = 0
     batch_size: int = 16
 
+    _methods = field_validator("methods")(_registered)
+
 
 def load_examples(path: str) -> tuple[list[str], list[str], int]:
     """(undesired, neutral, n_pairs): paired records come first, in file order, so row i of each list is pair i."""
@@ -104,8 +116,8 @@ def load_examples(path: str) -> tuple[list[str], list[str], int]:
 
 
 def _method_inputs(method: str, undesired, neutral, n_pairs: int):
-    """Paired estimators see only the pairs; UMS sees every example."""
-    if method == "ums":
+    """Paired estimators see only the pairs; an unpaired one (UMS) sees every example."""
+    if not registry("steer").get(method).meta.get("paired", True):
         return undesired, neutral
     require(n_pairs >= 1, f"{method.upper()} needs paired records (both 'undesired' and 'neutral' on one line)")
     return undesired[:n_pairs], neutral[:n_pairs]

@@ -1,9 +1,10 @@
 """run() of every `iclrkit unlearn OBJECTIVE`: the registered objective (toolkit/unlearn/objectives/) picked by
 `config.method`, on the one shared path: load -> windows -> objective's setup -> training loop -> save + metrics.
 
-An objective is registered as `build(config, ctx, model, corpus) -> (step, params, extra)`: `step` is called at
-every step with a StepInputs and leaves the gradients in p.grad (toolkit.unlearn.train.Objective), `params` are the
-tensors AdamW updates, `extra` goes into the metrics. Registration metadata: `needs_retain` (bool, or a function of
+An objective is registered as `build(config, ctx, model, corpus) -> (step, params, extra)`
+(toolkit.unlearn.train.UnlearnMethod): `step` is called at every step with a StepInputs and leaves the gradients
+in p.grad (toolkit.unlearn.train.Objective), `params` are the tensors AdamW updates, `extra` goes into the
+metrics. Registration metadata: `needs_retain` (bool, or a function of
 the config), `help`, `epilog` and `flags` (the command line), `plan` (a torch-free function(config, ctx) -> dict for --dry-run), `paper`.
 """
 

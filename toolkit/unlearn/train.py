@@ -6,7 +6,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import torch
 
@@ -86,7 +86,20 @@ class StepInputs:
     params: list[torch.nn.Parameter]
 
 
-Objective = Callable[[StepInputs], dict]
+class Objective(Protocol):
+    """One training step of an objective: leaves the gradients of its params in p.grad (through inputs.backward)
+    and returns the step's scalar logs."""
+
+    def __call__(self, inputs: StepInputs) -> dict[str, float]: ...
+
+
+class UnlearnMethod(Protocol):
+    """A registered unlearning objective (`@register("unlearn", NAME, config=..., ...)`,
+    toolkit/unlearn/objectives/): from the config, the run context, the loaded model and the tokenised windows, its
+    step, the tensors AdamW updates, and extra metrics (toolkit/unlearn/run.py run_unlearn calls exactly this)."""
+
+    def __call__(self, config: Any, ctx: Any, model: torch.nn.Module,
+                 corpus: Corpus) -> tuple[Objective, list[torch.nn.Parameter], dict]: ...
 
 
 def total_steps(config: UnlearnConfig, n_forget: int) -> tuple[int, int]:

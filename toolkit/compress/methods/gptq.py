@@ -1,4 +1,5 @@
-"""GPTQ (Frantar et al., ICLR 2023) with activation ordering, after an optional fixed mask."""
+"""GPTQ (Frantar et al., ICLR 2023, https://arxiv.org/abs/2210.17323; IST-DASLab/gptq) with activation ordering
+(config._Ordered), after an optional fixed mask."""
 
 from toolkit.compress.config import BASE_FLAGS, GptqConfig
 from toolkit.core.registry import register

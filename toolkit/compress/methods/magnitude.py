@@ -24,10 +24,6 @@ class MagnitudeConfig(CompressConfig):
           help="Magnitude pruning (smallest |W| per row, or N:M); --w-bits < 16 rounds the kept weights (RTN).")
 def magnitude(job):
     from toolkit.compress.masks import magnitude_scores, make_mask, parse_nm
-    from toolkit.compress.quant import quantize_rows
 
     config = job.config
-    keep = make_mask(magnitude_scores(job.W), config.sparsity, parse_nm(config.nm))
-    scale = job.scale
-    out = quantize_rows(job.W * keep, scale, job.bits) if scale is not None else job.W * keep
-    return out, keep, job.grid
+    return job.rounded(make_mask(magnitude_scores(job.W), config.sparsity, parse_nm(config.nm)))

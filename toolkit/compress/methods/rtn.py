@@ -1,15 +1,12 @@
-"""Round-to-nearest weights (per channel or grouped, symmetric, MSE clip), after an optional mask; Wanda + RTN."""
+"""Round-to-nearest weights (per channel or grouped, symmetric, MSE clip), after an optional mask; Wanda + RTN
+(Sun et al., ICLR 2024, https://arxiv.org/abs/2306.11695; locuslab/wanda)."""
 
 from toolkit.compress.config import BASE_FLAGS, RtnConfig, WandaConfig
 from toolkit.core.registry import register
 
 
 def masked_rtn(job):
-    from toolkit.compress.quant import quantize_rows
-
-    keep, scale = job.mask, job.scale
-    out = quantize_rows(job.W * keep, scale, job.bits) if scale is not None else job.W * keep
-    return out, keep, job.grid
+    return job.rounded(job.mask)
 
 
 register("compress", "rtn", config=RtnConfig, needs_hessian=False, flags=BASE_FLAGS,

@@ -1,4 +1,7 @@
-"""SparseGPT with joint GPTQ quantization (one pass, the paper's form) and the two-stage SparseGPT → GPTQ."""
+"""SparseGPT with joint GPTQ quantization (one pass, the paper's form; Frantar & Alistarh, ICML 2023,
+https://arxiv.org/abs/2301.00774; IST-DASLab/sparsegpt) and the two-stage SparseGPT → GPTQ (llm-compressor's
+SparseGPTModifier then GPTQModifier: prune, refit the quantizer on the sparse weights, GPTQ keeping the mask; one
+calibration pass, the same H for both stages)."""
 
 from toolkit.compress.config import BASE_FLAGS, SparsegptConfig, SparsegptGptqConfig
 from toolkit.core.registry import register
