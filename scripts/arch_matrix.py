@@ -133,7 +133,7 @@ def _on_grid(before: dict, after: dict, bench: Bench, bits: int = 4) -> tuple[bo
         view = view_of(AutoModelForCausalLM.from_config(config))
     params = {}
     for index in range(len(view)):
-        from toolkit.models.view import structural_slots
+        from toolkit.models.layout import structural_slots
 
         for slot in structural_slots(view.blocks[index])[0]:
             params.setdefault(f"{view.layers_path}.{index}.{slot.module}.{slot.param}", []).append(slot)

@@ -9,9 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 50
 # being split in a concurrent refactor (compress recipes as stages, the model view, export): their owners' work
-PENDING = {"toolkit/compress/recipe.py", "toolkit/compress/rotation.py", "toolkit/nn/pipeline.py",
-           "toolkit/models/memory.py", "toolkit/export/gguf.py", "toolkit/export/compressed_tensors.py",
-           "toolkit/uq/run.py"}
+PENDING = {"toolkit/export/gguf.py"}  # being rewritten for every llama.cpp architecture
 
 
 def test_long_functions_say_why():

@@ -4,7 +4,7 @@ that applies them (Walsh–Hadamard over 2^k, matmul over m) against the dense m
 import pytest
 import torch
 
-from toolkit.compress.rotation import EXACT, KRON, CrossHeadRotation, OrthogonalRotation
+from toolkit.compress.orthogonal import EXACT, KRON, CrossHeadRotation, OrthogonalRotation
 from toolkit.ops.hadamard import exact_hadamard, hadamard_split, paley_hadamard
 
 

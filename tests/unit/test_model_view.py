@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from toolkit.core.errors import BadInputError
+from toolkit.models.layout import structural_slots
 from toolkit.models.tiny import ARCHITECTURES, MOE, build_tiny
-from toolkit.models.view import ModelView, structural_slots, view_of
+from toolkit.models.view import ModelView, view_of
 
 VOCAB = 97
 

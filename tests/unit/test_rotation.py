@@ -3,12 +3,8 @@
 import pytest
 import torch
 
-from toolkit.compress.rotation import (
-    OrthogonalRotation,
-    fold_online_rotations,
-    rotate_model,
-    split_power_of_two,
-)
+from toolkit.compress.orthogonal import OrthogonalRotation, split_power_of_two
+from toolkit.compress.rotation import fold_online_rotations, rotate_model
 from toolkit.core.errors import BadInputError
 from toolkit.models.view import view_of
 

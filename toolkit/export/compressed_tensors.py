@@ -134,6 +134,32 @@ def save_compressed_tensors(q: QuantizedModel, out: Path, card: dict | None = No
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     folded = _folded_down_proj(q)
+    tensors, quantized = _tensors(q, folded)
+    save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
+    ignore = sorted({name for name, module in q.model.named_modules()
+                     if isinstance(module, torch.nn.Linear) and name not in quantized})
+    config = q.model.config.to_dict()
+    config["quantization_config"] = quantization_config(q, ignore)
+    config.pop("iclrkit", None)
+    config["iclrkit"] = {**{k: v for k, v in q.metadata.items() if k != "rotation"},
+                         "rotation": q.metadata.get("rotation"), "export": "compressed-tensors",
+                         "unquantized_linears": ignore}
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, default=str))
+    generation = getattr(q.model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(out)
+    if q.tokenizer is not None:
+        q.tokenizer.save_pretrained(out)
+    summary = {"format": "compressed-tensors pack-quantized", "quantized_linears": len(quantized),
+               "float_linears": ignore, "folded_down_proj": len(folded),
+               "size_mb": round((out / WEIGHTS).stat().st_size / 1e6, 3)}
+    write_card(out, "compressed-tensors", q, summary, card or {})
+    return summary
+
+
+def _tensors(q: QuantizedModel, folded: dict) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """(every tensor of the checkpoint under its checkpoint name, the quantized linears): packed codes + scales +
+    shape per quantized linear (per expert for fused experts), folded linears in float32, the rest as stored."""
     tensors: dict[str, torch.Tensor] = {}
     quantized, stored = [], set()  # quantized linears (in-memory names); state-dict names written packed
     model_type = q.view.model_type
@@ -158,23 +184,4 @@ def save_compressed_tensors(q: QuantizedModel, out: Path, card: dict | None = No
         if value.is_floating_point() and q.dense_dtype is not None:
             value = value.to(q.dense_dtype)
         tensors[disk_name(model_type, name)] = value.contiguous()
-    save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
-    ignore = sorted({name for name, module in q.model.named_modules()
-                     if isinstance(module, torch.nn.Linear) and name not in quantized})
-    config = q.model.config.to_dict()
-    config["quantization_config"] = quantization_config(q, ignore)
-    config.pop("iclrkit", None)
-    config["iclrkit"] = {**{k: v for k, v in q.metadata.items() if k != "rotation"},
-                         "rotation": q.metadata.get("rotation"), "export": "compressed-tensors",
-                         "unquantized_linears": ignore}
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, default=str))
-    generation = getattr(q.model, "generation_config", None)
-    if generation is not None:
-        generation.save_pretrained(out)
-    if q.tokenizer is not None:
-        q.tokenizer.save_pretrained(out)
-    summary = {"format": "compressed-tensors pack-quantized", "quantized_linears": len(quantized),
-               "float_linears": ignore, "folded_down_proj": len(folded),
-               "size_mb": round((out / WEIGHTS).stat().st_size / 1e6, 3)}
-    write_card(out, "compressed-tensors", q, summary, card or {})
-    return summary
+    return tensors, quantized

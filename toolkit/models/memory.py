@@ -81,47 +81,21 @@ def skeleton(config_or_dir):
 
 def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu", onload: bool = True,
                 compute_dtype: torch.dtype = torch.float32, hessian_dtype: torch.dtype = torch.float32,
-                hessian_copies: int = 8, weight_copies: int = 5, save_dtype: torch.dtype | None = None, runtime_bytes: int = 0,
-                batched: bool = False) -> dict:
+                hessian_copies: int = 8, weight_copies: int = 5, save_dtype: torch.dtype | None = None,
+                runtime_bytes: int = 0, batched: bool = False) -> dict:
     """Bytes per part and the planned peak per device (`cpu`, or `host` + the accelerator) for calibrating and
     compressing layer by layer; `runtime_bytes` (the process before any tensor: interpreter, torch, kernels) is
     added to the host peak when given (a benchmark measures it). `batched`: the calibration forward takes every
     window at once (compress's fused calibration), so the workspace is nsamples windows'."""
-    from toolkit.models.view import structural_slots, view_of
+    from toolkit.models.view import view_of
 
     model = skeleton(config_or_dir)
     view = view_of(model)
-    layers = view.blocks
-    config = model.config
     width = _bytes(compute_dtype)
-    seen, total, block_ids = set(), 0, {id(p) for p in layers.parameters()}
-    resident = 0
-    for param in model.parameters():  # tied parameters once
-        if id(param) in seen:
-            continue
-        seen.add(id(param))
-        total += param.numel()
-        if id(param) not in block_ids:
-            resident += param.numel()
-    tied = getattr(config, "tie_word_embeddings", False)
-    head, embed = view.lm_head, view.embed_tokens
-    if tied and head is not None and embed is not None and head.weight is not embed.weight:
-        resident -= head.weight.numel()  # the skeleton leaves the tie to loading; one tensor after it
-        total -= head.weight.numel()
-    block = max(sum(p.numel() for p in layer.parameters()) for layer in layers)
+    total, resident = _parameter_counts(view)
+    block = max(sum(p.numel() for p in layer.parameters()) for layer in view.blocks)
     hidden, intermediate, heads = block_dims(view)
-    slots, _, _ = structural_slots(layers[0])
-    shapes = [slot.shape(layers[0]) for slot in slots]
-    largest_in = max(cols for _, cols in shapes)
-    largest_weight = max(rows * cols for rows, cols in shapes)
-    # fused experts: one Hessian per expert of a projection is held at once (E x in^2), beside one solve's copies
-    expert_ins = {}
-    for slot, (_, cols) in zip(slots, shapes):
-        if slot.kind == "expert":
-            expert_ins[slot.param] = expert_ins.get(slot.param, 0) + cols * cols
-    hessian_elements = max([hessian_copies * largest_in * largest_in]
-                           + [total_sq + (hessian_copies - 1) * largest_in * largest_in
-                              for total_sq in expert_ins.values()])
+    largest_in, largest_weight, hessian_elements = _solve_sizes(view, hessian_copies)
     parts = {
         "resident_weights": (resident if onload else total) * width,
         "block_weights": block * width,
@@ -131,26 +105,61 @@ def plan_memory(config_or_dir, *, nsamples: int, seqlen: int, device: str = "cpu
         "workspace": batched_workspace(nsamples if batched else 1, seqlen, hidden, intermediate, heads, width),
         "output": total * _bytes(save_dtype or compute_dtype),
     }
-    block_part = parts["block_weights"] if onload else 0
-    accelerator = device not in ("cpu", "meta")
-    if accelerator:
-        window = seqlen * hidden * width
-        device_peak = (parts["resident_weights"] + block_part + 2 * window
-                       + max(parts["hessians"] + parts["solve_weights"], window) + parts["workspace"])
-        host_peak = 2 * parts["activations"] + parts["block_weights"] + runtime_bytes
-        devices = {"host": host_peak, device: device_peak}
-    else:
-        peak = (parts["resident_weights"] + block_part + parts["activations"]
-                + max(parts["hessians"] + parts["solve_weights"], parts["activations"]) + parts["workspace"]
-                + runtime_bytes)
-        devices = {"cpu": peak}
-    return {"model_type": config.model_type, "blocks": len(layers), "parameters": total, "hidden": hidden,
-            "experts": view.dims()["experts"],
-            "largest_in_features": largest_in, "nsamples": nsamples, "seqlen": seqlen, "onload": onload,
-            "batched": batched,
-            "bytes": parts, "runtime_bytes": runtime_bytes, "peak_bytes": devices,
-            "mb": {k: round(v / MB, 2) for k, v in parts.items()},
+    devices = _peaks(parts, onload, device, seqlen * hidden * width, runtime_bytes)
+    return {"model_type": model.config.model_type, "blocks": len(view), "parameters": total, "hidden": hidden,
+            "experts": view.dims()["experts"], "largest_in_features": largest_in, "nsamples": nsamples,
+            "seqlen": seqlen, "onload": onload, "batched": batched, "bytes": parts, "runtime_bytes": runtime_bytes,
+            "peak_bytes": devices, "mb": {k: round(v / MB, 2) for k, v in parts.items()},
             "peak_mb": {k: round(v / MB, 2) for k, v in devices.items()}}
+
+
+def _parameter_counts(view) -> tuple[int, int]:
+    """(all parameters, those outside the blocks), tied ones once (the skeleton leaves the tie to loading)."""
+    model = view.model
+    seen, total, resident, block_ids = set(), 0, 0, {id(p) for p in view.blocks.parameters()}
+    for param in model.parameters():
+        if id(param) in seen:
+            continue
+        seen.add(id(param))
+        total += param.numel()
+        if id(param) not in block_ids:
+            resident += param.numel()
+    head, embed = view.lm_head, view.embed_tokens
+    if getattr(model.config, "tie_word_embeddings", False) and head is not None and embed is not None \
+            and head.weight is not embed.weight:
+        resident -= head.weight.numel()
+        total -= head.weight.numel()
+    return total, resident
+
+
+def _solve_sizes(view, hessian_copies: int) -> tuple[int, int, int]:
+    """(largest in_features, largest weight, Hessian elements held at once): fused experts hold one Hessian per
+    expert of a projection (E x in^2) beside one solve's copies."""
+    from toolkit.models.layout import structural_slots
+
+    block = view.blocks[0]
+    slots, _, _ = structural_slots(block)
+    shapes = [slot.shape(block) for slot in slots]
+    largest_in = max(cols for _, cols in shapes)
+    largest_weight = max(rows * cols for rows, cols in shapes)
+    expert_ins: dict[str, int] = {}
+    for slot, (_, cols) in zip(slots, shapes):
+        if slot.kind == "expert":
+            expert_ins[slot.param] = expert_ins.get(slot.param, 0) + cols * cols
+    square = largest_in * largest_in
+    elements = max([hessian_copies * square] + [total + (hessian_copies - 1) * square for total in expert_ins.values()])
+    return largest_in, largest_weight, elements
+
+
+def _peaks(parts: dict, onload: bool, device: str, window: int, runtime_bytes: int) -> dict:
+    block_part = parts["block_weights"] if onload else 0
+    solve = parts["hessians"] + parts["solve_weights"]
+    if device not in ("cpu", "meta"):
+        device_peak = (parts["resident_weights"] + block_part + 2 * window + max(solve, window)
+                       + parts["workspace"])
+        return {"host": 2 * parts["activations"] + parts["block_weights"] + runtime_bytes, device: device_peak}
+    return {"cpu": parts["resident_weights"] + block_part + parts["activations"]
+            + max(solve, parts["activations"]) + parts["workspace"] + runtime_bytes}
 
 
 def whole_model_plan(model: str, why: str, *, compute_dtype: torch.dtype = torch.float32,

@@ -1,4 +1,5 @@
-"""ModelView: what every technique needs to know about a model's architecture, discovered from the model itself.
+"""ModelView: what every technique needs to know about a model's architecture, discovered from the model itself
+(each kind of block's structure: toolkit.models.layout).
 
 Discovery first, tables for the exceptions (`toolkit.models.archs`):
 - the decoder blocks: the `ModuleList` whose items' class is in the model's `_no_split_modules` (inside multimodal
@@ -17,164 +18,24 @@ Weights are read and written as (out, in) whatever the storage (Conv1D's transpo
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 
 from toolkit.core.errors import BadInputError
 from toolkit.models import archs
+from toolkit.models.layout import (
+    BlockLayout,
+    Slot,
+    _attention_path,
+    _is_conv1d,
+    discover_layout,
+    is_norm,
+    signature,
+    structural_slots,
+)
 
 log = logging.getLogger("iclrkit")
-
-EXPERT_IN, EXPERT_OUT = "gate_up_proj", "down_proj"  # transformers 5 fused expert tensors
-
-
-# -- one weight matrix ------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Slot:
-    """One weight matrix a technique may change: a Linear / Conv1D module's weight, a router's weight, or expert `e` of
-    a fused 3-D expert parameter. `name` is block-relative ("self_attn.q_proj", "mlp.experts.gate_up_proj.3")."""
-
-    name: str
-    module: str  # block-relative path of the module that owns the parameter
-    kind: str  # "linear" | "conv1d" | "expert" | "router"
-    param: str = "weight"
-    expert: int | None = None
-
-    def tensor(self, block: nn.Module) -> torch.Tensor:
-        return getattr(block.get_submodule(self.module), self.param)
-
-    def weight(self, block: nn.Module) -> torch.Tensor:
-        """(out, in): a view for Linear / router / expert slices, a transposed view for Conv1D."""
-        data = self.tensor(block).data
-        if self.kind == "expert":
-            return data[self.expert]
-        return data.t() if self.kind == "conv1d" else data
-
-    def set_weight(self, block: nn.Module, weight: torch.Tensor) -> None:
-        self.weight(block).copy_(weight)
-
-    def shape(self, block: nn.Module) -> tuple[int, int]:
-        """(out, in) from the parameter's shape (no data needed: works on meta tensors)."""
-        shape = tuple(self.tensor(block).shape)
-        if self.kind == "expert":
-            return shape[1], shape[2]
-        return (shape[1], shape[0]) if self.kind == "conv1d" else (shape[0], shape[1])
-
-
-@dataclass
-class Group:
-    """Slots whose inputs arrive together: the same tensor (q/k/v; gate/up) or, for fused experts, one expert each
-    with its own routed tokens. `anchor` is the block-relative module whose forward input is the group's input."""
-
-    slots: list[Slot]
-    anchor: str
-    role: str  # attn_in | attn_out | mlp_in | mlp_out | experts_in | experts_out | "attn_in+mlp_in" (parallel)
-    norm: str | None = None  # the norm whose output this group reads (pre-norm), if any
-    experts: bool = False
-    roles: set[str] = field(default_factory=set)
-
-    @property
-    def reads_residual(self) -> bool:
-        return bool(self.roles & {"attn_in", "mlp_in", "experts_in"})
-
-    @property
-    def writes_residual(self) -> bool:
-        return bool(self.roles & {"attn_out", "mlp_out", "experts_out"})
-
-    @property
-    def names(self) -> list[str]:
-        return [s.name for s in self.slots]
-
-
-@dataclass
-class NormInfo:
-    path: str  # block-relative ("" prefix for model-level norms: full path)
-    kind: str  # "rmsnorm" | "layernorm"
-    offset: float  # effective scale = offset + weight (Gemma's (1 + w): 1.0; plain: 0.0)
-    has_bias: bool
-
-
-@dataclass
-class BlockLayout:
-    """The discovered structure of one kind of block (blocks with the same modules and shapes share it)."""
-
-    groups: list[Group]
-    attention: str | None
-    norms: dict[str, NormInfo] = field(default_factory=dict)
-    pre_norms: list[str] = field(default_factory=list)  # norms feeding a group of linears
-    qk_norms: list[str] = field(default_factory=list)  # norms inside attention (q/k norms on projection outputs)
-    post_norms: list[str] = field(default_factory=list)  # every other norm (on a branch output before the residual)
-    routers: list[Slot] = field(default_factory=list)
-    experts: str | None = None  # block-relative path of the fused experts module
-    parallel: bool = False  # attention and MLP read the same input (GPT-J, Falcon, Phi, Cohere)
-    returns_tuple: bool = False  # the block returns (hidden, ...) (Falcon, BLOOM), not the hidden states alone
-
-    @property
-    def slots(self) -> list[Slot]:
-        return [s for g in self.groups for s in g.slots]
-
-    def groups_of(self, role: str) -> list[Group]:
-        return [g for g in self.groups if role in g.roles]
-
-
-# -- structure (no forward needed: works on a meta skeleton) --------------------------------------------------------
-
-def _is_conv1d(module: nn.Module) -> bool:
-    return type(module).__name__ == "Conv1D" and getattr(module, "weight", None) is not None
-
-
-def is_norm(module: nn.Module) -> bool:
-    name = type(module).__name__.lower()
-    return isinstance(module, nn.LayerNorm) or ("norm" in name and "batch" not in name and "group" not in name
-                                                 and not list(module.children()))
-
-
-def is_experts(module: nn.Module) -> bool:
-    params = dict(module.named_parameters(recurse=False))
-    return EXPERT_IN in params and EXPERT_OUT in params and params[EXPERT_IN].dim() == 3
-
-
-def _router_name(name: str) -> bool:
-    return name.rsplit(".", 1)[-1] in archs.ROUTER_NAMES
-
-
-def structural_slots(block: nn.Module) -> tuple[list[Slot], list[Slot], str | None]:
-    """(slots, routers, experts module path) of one block from its module types alone, in registration order."""
-    slots, routers, experts = [], [], None
-    for name, module in block.named_modules():
-        if not name:
-            continue
-        if is_experts(module):
-            if experts is not None:
-                raise BadInputError(f"two fused expert modules in one block ({experts}, {name}): not supported")
-            experts = name
-            count = getattr(module, EXPERT_IN).shape[0]
-            for param in (EXPERT_IN, EXPERT_OUT):
-                if getattr(module, param).dim() != 3 or getattr(module, param).shape[0] != count:
-                    raise BadInputError(f"fused expert tensor {name}.{param} has shape "
-                                        f"{tuple(getattr(module, param).shape)}, expected [{count}, out, in]")
-                slots += [Slot(f"{name}.{param}.{e}", name, "expert", param, e) for e in range(count)]
-            continue
-        own = dict(module.named_parameters(recurse=False))
-        three_d = [p for p, t in own.items() if t.dim() == 3]
-        if three_d and not is_experts(module):
-            raise BadInputError(f"{name} holds 3-D parameters {three_d} in a layout this toolkit does not know "
-                                f"(fused experts are recognised as {EXPERT_IN} [E, 2I, H] + {EXPERT_OUT} [E, H, I])")
-        if isinstance(module, nn.Linear) or _is_conv1d(module):
-            kind = "conv1d" if _is_conv1d(module) else "linear"
-            (routers if _router_name(name) else slots).append(Slot(name, name, kind))
-        elif "router" in type(module).__name__.lower() and own.get("weight") is not None and own["weight"].dim() == 2:
-            routers.append(Slot(name, name, "router"))
-    return slots, routers, experts
-
-
-def signature(block: nn.Module) -> tuple:
-    return tuple((n, type(m).__name__, tuple((p, tuple(t.shape)) for p, t in m.named_parameters(recurse=False)))
-                 for n, m in block.named_modules())
-
 
 def find_blocks(model: nn.Module) -> str:
     """The path of the decoder's block list."""
@@ -208,177 +69,6 @@ def _safe(fn):
 
 
 # -- the probe: one block run with hooks -----------------------------------------------------------------------------
-
-def _first_tensor(args, kwargs):
-    if args and torch.is_tensor(args[0]):
-        return args[0]
-    for key in ("hidden_states", "x", "input", "hidden_state"):
-        if torch.is_tensor(kwargs.get(key)):
-            return kwargs[key]
-    return next((v for v in kwargs.values() if torch.is_tensor(v)), None)
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """The same input: one tensor, or a view of the same memory (the probe keeps every tensor alive, so an address is
-    never reused while compared). Equal values are not enough: two freshly initialised norms give equal outputs."""
-    if a is b:
-        return True
-    if a.device.type == "meta" or a.numel() != b.numel() or a.dtype != b.dtype:
-        return False
-    return a.data_ptr() == b.data_ptr() and a.data_ptr() != 0
-
-
-def _equal_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.device.type != "meta" and a.numel() == b.numel() and a.dtype == b.dtype
-            and torch.equal(a.reshape(-1), b.reshape(-1)))
-
-
-def norm_info(path: str, norm: nn.Module) -> NormInfo:
-    """Kind and scale convention of a norm, measured: a LayerNorm ignores a constant added to every feature; an RMSNorm
-    with a zeroed weight gives 0 (plain) or the normalised input ((1 + w), Gemma)."""
-    weight = getattr(norm, "weight", None)
-    bias = getattr(norm, "bias", None)
-    width = weight.shape[-1] if weight is not None else None
-    if width is None or weight.device.type == "meta":
-        return NormInfo(path, "layernorm" if isinstance(norm, nn.LayerNorm) else "rmsnorm", 0.0, bias is not None)
-    generator = torch.Generator().manual_seed(0)
-    x = (torch.randn(3, width, generator=generator) * 4).to(device=weight.device, dtype=torch.float32)
-    with torch.no_grad():
-        dtype = weight.dtype
-        xd = x.to(dtype)
-        shifted = norm(xd + 3.0).float()
-        plain = norm(xd).float()
-        kind = "layernorm" if torch.allclose(shifted, plain, atol=5e-2, rtol=5e-2) else "rmsnorm"
-        saved = weight.data.clone()
-        saved_bias = bias.data.clone() if bias is not None else None
-        try:
-            weight.data.zero_()
-            if bias is not None:
-                bias.data.zero_()
-            zeroed = norm(xd).float()
-        finally:
-            weight.data.copy_(saved)
-            if bias is not None:
-                bias.data.copy_(saved_bias)
-    offset = 0.0 if zeroed.abs().max() < 1e-3 * max(plain.abs().max().item(), 1.0) else 1.0
-    return NormInfo(path, kind, offset, bias is not None)
-
-
-def discover_layout(block: nn.Module, args: tuple, kwargs: dict, hidden: torch.Tensor) -> BlockLayout:
-    """Run `block` once on `hidden` (with the args/kwargs the model passes it) with hooks on every module; derive the
-    groups, their order and roles, the norms feeding them, and the attention module."""
-    slots, routers, experts = structural_slots(block)
-    by_module: dict[str, list[Slot]] = {}
-    for slot in slots:
-        by_module.setdefault(slot.module, []).append(slot)
-    modules = dict(block.named_modules())
-    attention = _attention_path(block)
-    calls: list[tuple[str, torch.Tensor]] = []  # (module path, input) of slot modules in call order
-    norm_outputs: list[tuple[str, torch.Tensor]] = []
-    handles = []
-
-    def slot_hook(path):
-        def hook(module, args, kwargs):
-            x = _first_tensor(args, kwargs)
-            if x is not None and not any(p == path for p, _ in calls):
-                calls.append((path, x))  # the object itself: identity is the test on meta tensors
-        return hook
-
-    def norm_hook(path):
-        def hook(module, args, output):
-            out = output[0] if isinstance(output, tuple) else output
-            if torch.is_tensor(out):
-                norm_outputs.append((path, out))
-        return hook
-
-    for path in by_module:
-        handles.append(modules[path].register_forward_pre_hook(slot_hook(path), with_kwargs=True))
-    norms = [p for p, m in modules.items() if p and is_norm(m)]
-    for path in norms:
-        handles.append(modules[path].register_forward_hook(norm_hook(path)))
-    try:
-        with torch.no_grad():
-            output = block(hidden, *args, **kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    missing = [p for p in by_module if not any(c == p for c, _ in calls)]
-    if missing:
-        log.debug("linears never called in a forward (left untouched): %s", missing)
-    groups: list[Group] = []
-    inputs: list[torch.Tensor] = []
-    for path, x in calls:
-        own = by_module[path]
-        if own[0].kind == "expert":
-            groups.append(Group([s for s in own if s.param == EXPERT_IN], path, "experts_in", experts=True))
-            groups.append(Group([s for s in own if s.param == EXPERT_OUT], path, "experts_out", experts=True))
-            inputs += [x, None]
-            continue
-        for index, other in enumerate(inputs):
-            if other is not None and not groups[index].experts and _same(x, other):
-                groups[index].slots += own
-                break
-        else:
-            groups.append(Group(list(own), path, ""))
-            inputs.append(x)
-    _assign_roles(groups, attention)
-    pre = []
-    for group, x in zip(groups, inputs):
-        if x is None:
-            continue
-        match = [path for path, out in norm_outputs if _same(x, out)]
-        if not match:  # a copy of the norm's output (a cast, a contiguous()): equal values, if only one norm gives them
-            match = [path for path, out in norm_outputs if _equal_values(x, out)]
-            match = match if len(match) == 1 else []
-        if match:
-            group.norm = match[0]
-            pre.append(match[0])
-    for group in groups:  # fused experts read the MLP's input (a reshaped view of the norm's output)
-        if group.role == "experts_in" and group.norm is None:
-            twin = next((g for g in groups if g.norm and "mlp_in" in g.roles), None)
-            group.norm = twin.norm if twin is not None else None
-    info = {p: norm_info(p, modules[p]) for p in norms}
-    qk = [p for p in norms if attention and p.startswith(attention + ".") and p not in pre]
-    post = [p for p in norms if p not in pre and p not in qk]
-    parallel = any("attn_in" in g.roles and ("mlp_in" in g.roles) for g in groups)
-    return BlockLayout(groups, attention, info, list(dict.fromkeys(pre)), qk, post, routers, experts, parallel,
-                       isinstance(output, tuple))
-
-
-def _attention_path(block: nn.Module) -> str | None:
-    for name, module in block.named_children():
-        cls = type(module).__name__.lower()
-        if "attention" in cls or "attn" in cls or name in archs.ATTENTION_NAMES:
-            return name
-    return None
-
-
-def _assign_roles(groups: list[Group], attention: str | None) -> None:
-    """Each slot's role from where it sits: inside the attention module the first group reads the residual stream
-    (attn_in) and the last writes it (attn_out); elsewhere, per parent module (mlp, shared_expert, ...), likewise
-    mlp_in / mlp_out. A group whose slots share one input may hold several roles (parallel attention + MLP)."""
-    by_parent: dict[str, list[int]] = {}
-    for index, group in enumerate(groups):
-        if group.experts:
-            group.roles = {group.role}
-            continue
-        for slot in group.slots:
-            parent = slot.module.rsplit(".", 1)[0] if "." in slot.module else ""
-            if attention and (slot.module == attention or slot.module.startswith(attention + ".")):
-                parent = attention
-            members = by_parent.setdefault(parent, [])
-            if index not in members:
-                members.append(index)
-    roles: dict[int, set[str]] = {i: set() for i in range(len(groups))}
-    for parent, members in by_parent.items():
-        kind = "attn" if parent == attention else "mlp"
-        for position, index in enumerate(members):
-            roles[index].add(f"{kind}_out" if position == len(members) - 1 and len(members) > 1 else f"{kind}_in")
-    for index, group in enumerate(groups):
-        if not group.experts:
-            group.roles = roles[index]
-            group.role = sorted(roles[index])[0] if len(roles[index]) == 1 else "+".join(sorted(roles[index]))
-
 
 def probe_ids(model: nn.Module, length: int = 8) -> torch.Tensor:
     embed = model.get_input_embeddings()

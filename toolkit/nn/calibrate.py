@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from toolkit.linalg.hessian import HessianAccumulator
 from toolkit.models import experts as moe
-from toolkit.models.view import EXPERT_IN, Group, _first_tensor
+from toolkit.models.layout import EXPERT_IN, Group, _first_tensor
 
 
 class Tap:

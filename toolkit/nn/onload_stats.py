@@ -45,7 +45,7 @@ class BlockStream:
     def windows(self, windows: torch.Tensor, batch: int = 1) -> Inputs:
         """Equal-length windows (n, T) of token ids, captured at block 0 and grouped `batch` per block call (as a
         resident forward over `batch` windows at a time)."""
-        from toolkit.nn.pipeline import _to, capture_block_inputs
+        from toolkit.nn.capture import _to, capture_block_inputs
 
         hidden, args, kwargs = capture_block_inputs(self.lazy.model, windows, self.device, self.lazy.view)
         if batch > 1:

@@ -130,9 +130,8 @@ def selection_rows(correct: np.ndarray, scores: np.ndarray) -> list[dict]:
 
 
 def run_tokur(config: TokURConfig, ctx) -> dict:
-    from toolkit.eval.metrics import auroc
     from toolkit.models.source import load_model
-    from toolkit.uq.math_answer import JudgeStats, equivalent, predicted_final
+    from toolkit.uq.math_answer import JudgeStats
 
     judge = JudgeStats()
     items = load_problems(config.data, config.limit)
@@ -147,20 +146,41 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
     def prompt_ids(item: dict) -> torch.Tensor:
         return encode(config.prompt_template.format(question=item["question"]))
 
-    if config.sigma == "auto":
-        if config.anchor_data:
-            anchor_items = load_problems(config.anchor_data, config.anchor_size)
-        else:
-            require(len(items) > config.anchor_size, f"σ search takes the first {config.anchor_size} records as "
-                    "anchors and none would be left to evaluate: pass anchor_data or lower anchor_size")
-            anchor_items, items = items[:config.anchor_size], items[config.anchor_size:]
-        anchors = [(prompt_ids(item), encode(" " + item["answer"] if config.anchor_answer == "solution"
-                                             else item["final"])) for item in anchor_items]
-        sigma, trace = tokur.calibrate_sigma(model, projections, anchors, config.nll_threshold,
-                                             config.search_iterations, config.sigma_max, ctx.seed)
+    items, sigma, trace = _sigma(config, ctx, model, projections, items, prompt_ids, encode)
+    records, correct, scores, finals = _score_questions(config, ctx, model, tokenizer, projections, items,
+                                                        [prompt_ids(item) for item in items], sigma, judge)
+    aurocs, rows = _summarise(config, records, correct, scores, finals, judge)
+    if judge.timeouts:
+        ctx.warn(f"{judge.timeouts} of {judge.judged} answer judgements passed the judge's time limit and were judged "
+                 "not equal (metrics.judge)")
+    ctx.inputs["model"] = config.model
+    ctx.metrics.update(sigma=sigma, sigma_search=trace, auroc=aurocs.get(config.score), auroc_by_score=aurocs,
+                       judge=judge.as_dict(), n_questions=len(items), n_responses=len(records), rows=rows)
+    return {"sigma": sigma, "auroc": aurocs.get(config.score), "rows": rows}
+
+
+def _sigma(config, ctx, model, projections, items, prompt_ids, encode):
+    """(the items left to evaluate, σ, the search trace): σ searched on anchor records (anchor_data, or the first
+    anchor_size records, which are then not evaluated), or the configured value."""
+    if config.sigma != "auto":
+        return items, float(config.sigma), []
+    if config.anchor_data:
+        anchor_items = load_problems(config.anchor_data, config.anchor_size)
     else:
-        sigma, trace = float(config.sigma), []
-    prompts = [prompt_ids(item) for item in items]
+        require(len(items) > config.anchor_size, f"σ search takes the first {config.anchor_size} records as "
+                "anchors and none would be left to evaluate: pass anchor_data or lower anchor_size")
+        anchor_items, items = items[:config.anchor_size], items[config.anchor_size:]
+    anchors = [(prompt_ids(item), encode(" " + item["answer"] if config.anchor_answer == "solution"
+                                         else item["final"])) for item in anchor_items]
+    sigma, trace = tokur.calibrate_sigma(model, projections, anchors, config.nll_threshold,
+                                         config.search_iterations, config.sigma_max, ctx.seed)
+    return items, sigma, trace
+
+
+def _score_questions(config, ctx, model, tokenizer, projections, items, prompts, sigma, judge):
+    """Candidates sampled per question (generate_batch questions at a time), each scored token by token and judged;
+    every record also goes to responses.jsonl as it is made. Returns (records, correct, scores, finals)."""
+    from toolkit.uq.math_answer import equivalent, predicted_final
 
     records, correct, scores, finals = [], [], [], []
     sampled: dict[int, list[torch.Tensor]] = {}
@@ -172,9 +192,8 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
                 sampled.update(zip(block, sample_responses(
                     model, tokenizer, [prompts[j] for j in block], config.candidates, config.max_new_tokens,
                     config.temperature, [ctx.seed + j for j in block])))
-            responses = sampled.pop(qi)
             row_correct, row_finals, row_scores = [], [], {name: [] for name in ("total", "aleatoric", "epistemic")}
-            for ci, response in enumerate(responses):
+            for ci, response in enumerate(sampled.pop(qi)):
                 parts = tokur.token_uncertainty(model, projections, prompt_ids, response, sigma, config.samples,
                                                 seed=ctx.seed * 7919 + qi * 97 + ci)
                 summary = {name: tokur.aggregate(values, config.aggregate) for name, values in parts.items()}
@@ -193,6 +212,13 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
             correct.append(row_correct)
             finals.append(row_finals)
             scores.append(row_scores)
+    return records, correct, scores, finals
+
+
+def _summarise(config, records, correct, scores, finals, judge) -> tuple[dict, list]:
+    """(AUROC of each score for detecting a wrong answer, the best-of-n selection rows)."""
+    from toolkit.eval.metrics import auroc
+
     correct_arr = np.array(correct)
     errors = ~correct_arr.ravel()
     aurocs = {}
@@ -203,10 +229,4 @@ def run_tokur(config: TokURConfig, ctx) -> dict:
     rows.append({"selection": "majority", "accuracy": majority_vote_accuracy(correct_arr, finals, judge)})
     rows += [{"selection": f"tokur-{name}", "accuracy": best_of_n_accuracy(correct_arr, values)}
              for name, values in by_score.items() if name != config.score]
-    if judge.timeouts:
-        ctx.warn(f"{judge.timeouts} of {judge.judged} answer judgements passed the judge's time limit and were judged "
-                 "not equal (metrics.judge)")
-    ctx.inputs["model"] = config.model
-    ctx.metrics.update(sigma=sigma, sigma_search=trace, auroc=aurocs.get(config.score), auroc_by_score=aurocs,
-                       judge=judge.as_dict(), n_questions=len(items), n_responses=len(records), rows=rows)
-    return {"sigma": sigma, "auroc": aurocs.get(config.score), "rows": rows}
+    return aurocs, rows
