@@ -79,11 +79,12 @@ def test_fused_runs_one_forward_per_block(tiny_llama_dir, text_file, tmp_path, m
         recipe._compress_all(view_of(model), windows, config, RunContext(out=None, quiet=True))
         for handle in handles:
             handle.remove()
-    # block 0 first sees the 4 windows once as they are captured, and one window as its layout is probed (both
-    # blocks are of one kind); then one batched forward per block (also the propagation) against a stopped forward
-    # per group and window and a propagation per window
-    assert calls["always"] == 4 + 1 + 2
-    assert calls["never"] >= 4 + 1 + 2 * (4 * 4 + 4)
+    # block 0 first sees the 4 windows once as they are captured, three times as the pipeline checks that two windows
+    # batch as they go alone, and one window as its layout is probed (both blocks are of one kind); then one batched
+    # forward per block (also the propagation) against a stopped forward per group and window and a propagation per
+    # window
+    assert calls["always"] == 4 + 3 + 1 + 2
+    assert calls["never"] >= 4 + 3 + 1 + 2 * (4 * 4 + 4)
 
 
 def test_auto_falls_back_above_the_workspace_limit(cli, tiny_llama_dir, text_file, tmp_path, monkeypatch):

@@ -1,21 +1,25 @@
 """The per-block work of a compress run (toolkit.compress.recipe runs it through the sequential pipeline): each
 group of slots gets its Hessians (one shared by a plain group's linears; one per expert, from its routed tokens, for
 fused experts), the method solves, the weights are written back through the slots, and scales, g_idx and the kept
-weights are collected. Starved experts get the configured fallback; run.json lists every expert's tokens."""
+weights are collected. Starved experts get the configured fallback; run.json lists every expert's tokens.
+The solve of a group (`solve(weights, H, config, dtype)`) is the recipe's, handed in."""
 
 from __future__ import annotations
+
+G_IDX = "::g_idx"  # checkpoint key suffix of a linear's activation-ordered group index (never a module path)
 
 
 class BlockCompressor:
     """The per-block work of a compress run: each sequential group's Hessians → the method's solves → weights
     written back through the slots; scales and g_idx collected by full slot name; kept weights counted."""
 
-    def __init__(self, view, windows, config, ctx):
+    def __init__(self, view, windows, config, ctx, solve):
         import torch
 
         from toolkit.models.memory import block_dims
 
         self.view, self.config, self.ctx = view, config, ctx
+        self.solve = solve
         self.dtype = getattr(torch, config.solve_dtype)
         self.scales: dict = {}
         self.counts = {"kept": 0, "total": 0}
@@ -62,8 +66,6 @@ class BlockCompressor:
     def compress_group(self, step, group, tap, block_scales) -> None:
         import torch
 
-        from toolkit.compress import recipe
-        from toolkit.compress.recipe import G_IDX
 
         accumulators = tap.accumulators()
         for accumulator in {id(a): a for a in accumulators.values()}.values():
@@ -76,7 +78,7 @@ class BlockCompressor:
             weights = [slot.weight(step.block) for slot in slots]
             config = self.config if slots[0].name not in rtn else self.rtn_config
             hessian = accumulators[slots[0].name].H if slots[0].name not in rtn else None
-            solved = recipe._solve_group(weights, hessian, config, self.dtype)  # (tests patch recipe)
+            solved = self.solve(weights, hessian, config, self.dtype)
             for slot, weight, (new, grid) in zip(slots, weights, solved):
                 slot.set_weight(step.block, new.to(weight.dtype))
                 if grid is not None:

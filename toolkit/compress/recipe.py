@@ -8,12 +8,12 @@ import hashlib
 import json
 import logging
 
+from toolkit.compress.blocks import G_IDX, BlockCompressor
 from toolkit.compress.config import CompressConfig
 from toolkit.core.registry import registry
 from toolkit.core.timing import Stopwatch
 
 log = logging.getLogger("iclrkit")
-G_IDX = "::g_idx"  # checkpoint key suffix of a linear's activation-ordered group index (never a module path)
 
 
 def fingerprint(config: CompressConfig) -> str:
@@ -242,11 +242,10 @@ def _compress_all(view, windows, config, ctx, lazy=None, out_dir=None, summary=N
     block slots, {slot name: g_idx} for activation-ordered groups)."""
     from safetensors.torch import load_file
 
-    from toolkit.compress.blocks import BlockCompressor
     from toolkit.nn.distributed import dist_info
     from toolkit.nn.pipeline import run_sequential
 
-    compressor = BlockCompressor(view, windows, config, ctx)
+    compressor = BlockCompressor(view, windows, config, ctx, lambda *args: _solve_group(*args))
     checkpoints = ctx.checkpoint_dir if ctx.out is not None and dist_info()[0] == 0 else None
     ctx.metrics["calibration"] = compressor.mode()
     if lazy is not None:  # onloaded: blocks read, compressed, counted and written one at a time

@@ -213,6 +213,7 @@ class PeakProbe:
     """A `probe` for run_sequential_onloaded: the largest live_tensor_bytes() above the baseline at creation."""
 
     def __init__(self):
+        gc.collect()  # tensors already unreachable (in reference cycles: a model and its view) go before the baseline
         self.baseline = live_tensor_bytes()
         self.peak = 0
         self.where = ""

@@ -236,10 +236,9 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
     block i is read from the shards, calibrated → changed by `on_block` → propagated on `device`, written to the
     output shards under `out_dir` (its checkpoint names, in `save_dtype` or the compute dtype) and freed.
 
-    Under torch.distributed each rank runs its share of the windows (`rank_windows`); `on_block` all-reduces its
-    statistics (HessianAccumulator.all_reduce) and may share the solves out (`share_out`); rank 0 writes.
-    `on_done(lazy)` runs after the last block, before the non-block tensors are written. Returns a summary
-    (blocks, seconds per block, bytes written)."""
+    Under torch.distributed each rank runs its share of the windows; `on_block` all-reduces its statistics and may
+    share the solves out; rank 0 writes. `on_done(lazy)` runs after the last block, before the non-block tensors
+    are written. Returns a summary (blocks, seconds per block, bytes written)."""
     from toolkit.core.timing import Stopwatch
     from toolkit.models.shards import ShardWriter
 
@@ -253,23 +252,18 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
         if probe is not None:
             probe("non-block parts loaded")
         inputs, args, kwargs = capture_block_inputs(lazy.model, rank_windows(windows), device, lazy.view)
-        args, kwargs = _to(args, device), _to(kwargs, device)
+        call = [inputs, _to(args, device), _to(kwargs, device)]
+        del inputs
         indices = range(len(lazy.layers))
-        together = None
         for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
             with Stopwatch() as watch:
-                block = lazy.load_block(index).to(device)
-                if probe is not None:
-                    probe(f"block {index} loaded")
-                together = batchable(block, inputs, args, kwargs, device) if together is None else together
-                inputs = _onloaded_step(lazy, index, block, (inputs, args, kwargs), on_block, device, probe,
-                                        together)
+                call[0] = _onloaded_block(lazy, index, call, on_block, device, probe)
                 if writer is not None:
                     writer.add(_cast(lazy.block_state(index), save_dtype))
                 lazy.free_block(index)
             seconds.append(watch.seconds)
             cpu_seconds.append(watch.cpu_seconds)
-        del inputs
+        del call
         if on_done is not None:
             on_done(lazy)
         if writer is not None:
@@ -285,11 +279,17 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
     return summary
 
 
-def _onloaded_step(lazy, index, block, call, on_block, device, probe, together) -> list[torch.Tensor]:
-    """One onloaded block's turn: its layout probed on its first window if new, `on_block`, then its outputs."""
-    inputs, args, kwargs = call
+def _onloaded_block(lazy, index, call: list, on_block, device, probe) -> list[torch.Tensor]:
+    """One onloaded block's turn: read it, check once (block 0) that windows batch, probe its layout on its first
+    window if it is a new kind of block, `on_block`, then its outputs (the next block's inputs)."""
+    block = lazy.load_block(index).to(device)
+    if probe is not None:
+        probe(f"block {index} loaded")
+    inputs, args, kwargs = call[:3]
+    if len(call) == 3:
+        call.append(batchable(block, inputs, args, kwargs, device))
     step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device, probe=probe,
-                     layout=lazy.view.layout(index, (inputs[0].to(device), args, kwargs)), batchable=together)
+                     layout=lazy.view.layout(index, (inputs[0].to(device), args, kwargs)), batchable=call[3])
     on_block(step)
     return step.propagated()
 
