@@ -62,6 +62,11 @@ def _unwrap_optional(annotation: Any) -> Any:
     return annotation
 
 
+def _plain(item: Any) -> Any:
+    """`Annotated[int, Field(ge=0)]` -> int (the bounds stay with the config, which checks them)."""
+    return typing.get_args(item)[0] if typing.get_origin(item) is Annotated else item
+
+
 def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
     """(Annotated type for Typer, converter from the typed value to the config value) for one field."""
     field = config_cls.model_fields[name]
@@ -88,12 +93,12 @@ def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
         help_text = f"{help_text} One of: {' | '.join(choices)}."
         kind = Optional[str]
     elif origin in (list, tuple) and extra.get("style") == "comma":
-        item = (typing.get_args(base) or (str,))[0]
+        item = _plain((typing.get_args(base) or (str,))[0])
         kind = Optional[str]
         help_text = f"{help_text} (comma-separated)"
         convert = _comma_list(flag, item)
     elif origin in (list, tuple):
-        item = (typing.get_args(base) or (str,))[0]
+        item = _plain((typing.get_args(base) or (str,))[0])
         kind = Optional[list[item if item in (str, int, float) else str]]
         convert = lambda value: list(value) if value else None  # noqa: E731
     elif origin is dict or base is dict:

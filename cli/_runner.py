@@ -56,25 +56,47 @@ class Terminated(KeyboardInterrupt):
 
 
 def fail(exc: BaseException) -> None:
+    """Every failure as one line on stderr and its exit code; what a failed run left in OUT.partial (kept for
+    --resume, or removed) is said in that same line."""
     from toolkit.core.errors import IclrkitError, translate
 
     debug = ROOT_STATE["verbosity"] >= 2 or os.environ.get("ICLRKIT_DEBUG") == "1"
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
     exc = translate(exc)
+    partial = getattr(exc, "iclrkit_partial", None)
+
+    def said(text: str, resumable: bool = True, say_removed: bool = False) -> str:
+        note = partial.note(resumable, say_removed) if partial is not None else ""
+        return f"{text}; {note}" if note else text
+
     if isinstance(exc, IclrkitError):
-        typer.echo(exc.one_line(), err=True)
+        hint = f" (hint: {exc.hint})" if exc.hint else ""
+        message = said(exc.message, exc.exit_code != 2, getattr(exc, "say_removed", False))
+        typer.echo(f"error: {message}{hint}", err=True)
         raise typer.Exit(exc.exit_code)
     if isinstance(exc, Terminated):
-        typer.echo("error: terminated (SIGTERM)", err=True)
+        typer.echo(f"error: {said('terminated (SIGTERM)')}", err=True)
         raise typer.Exit(143)
     if isinstance(exc, KeyboardInterrupt):
-        typer.echo("error: interrupted", err=True)
+        typer.echo(f"error: {said('interrupted')}", err=True)
         raise typer.Exit(130)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    typer.echo(f"error: run failed: {type(exc).__name__}: {first}"
+    typer.echo(f"error: {said(f'run failed: {type(exc).__name__}: {first}')}"
                + ("" if debug else " (rerun with -vv for the traceback)"), err=True)
     raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def failing_in_one_line():
+    """For commands outside `execute` (zoo build): SIGTERM handled like Ctrl-C, every failure one line + code."""
+    try:
+        with _sigterm_as_interrupt():
+            yield
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        fail(exc)
 
 
 def parse_threads(value: Any, source: str) -> int | None:
@@ -242,6 +264,45 @@ def _path_flags(flags: dict[str, Any]) -> dict[str, Any]:
     return {key: flags[key] for key in ("model", "data") if isinstance(flags.get(key), (str, Path))}
 
 
+def _named_paths(text: str) -> list[str]:
+    """The existing paths a value names: itself, FILE of `FILE:field` (jsonl), PATH of `kind:PATH` (pascal3d:)."""
+    if not text or text in (".", ".."):
+        return [text] if text else []
+    if text.startswith("zoo:"):
+        return [text]
+    for candidate in (text, text.rsplit(":", 1)[0] if ":" in text else None,
+                      text.split(":", 1)[1] if ":" in text else None):
+        if candidate and Path(candidate).expanduser().exists():
+            return [candidate]
+    return []
+
+
+def guarded_inputs(config: Any) -> list[str]:
+    """Every path the resolved config names, however it was given (flag, --set, --config): model and data always,
+    and any other value the user set that names an existing file or directory (a second data set, a reference
+    model, an index...). --out may not go into any of them (check_out_dir)."""
+    found: list[str] = []
+
+    def visit(value: Any) -> None:
+        if isinstance(value, (str, Path)):
+            found.extend(_named_paths(str(value)))
+        elif isinstance(value, (list, tuple, set)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif hasattr(type(value), "model_fields"):
+            for name in type(value).model_fields:
+                visit(getattr(value, name))
+
+    for name, declared in type(config).model_fields.items():
+        value = getattr(config, name)
+        if name in ("model", "data") or value != declared.default:
+            visit(value)
+    return found
+
+
 def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out, multi_rank) -> None:
     from toolkit.core.config import resolve_config
     from toolkit.core.context import (
@@ -275,8 +336,8 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out,
     if needs_out and common.out is None:
         raise BadInputError("--out DIR is required")
     if common.out is not None:
-        check_out_dir(common.out, common.overwrite, [v for v in ctx.inputs.values() if isinstance(v, (str, Path))],
-                      force=common.force or ROOT_STATE.get("force", False))
+        guarded = [v for v in ctx.inputs.values() if isinstance(v, (str, Path))] + guarded_inputs(config)
+        check_out_dir(common.out, common.overwrite, guarded, force=common.force or ROOT_STATE.get("force", False))
     seed_everything(seed)
     with process_group(technique, device):
         _run_and_record(technique, config, common, run, ctx, command)

@@ -139,9 +139,19 @@ MOVABLE = {"-q": False, "--quiet": False, "-v": False, "--verbose": False, "--of
            "--threads": True}
 
 
+_ROOT_COMMAND: list = []
+
+
+def root_command():
+    """The Click command of the whole app, built once per process (building it walks every family: ~0.15 s)."""
+    if not _ROOT_COMMAND:
+        _ROOT_COMMAND.append(typer.main.get_command(app))
+    return _ROOT_COMMAND[0]
+
+
 def _leaf_options(args: list[str], command=None):
     """(index where the leaf command's own arguments start, the names of its options) for `args`."""
-    command = command if command is not None else typer.main.get_command(app)
+    command = command if command is not None else root_command()
     index = 0
     root_values = {name for param in command.params if param.param_type_name == "option" and not param.is_flag
                    and not param.count for name in param.opts}
@@ -196,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         from click import exceptions
     no_args = getattr(exceptions, "NoArgsIsHelpError", ())
 
-    command = typer.main.get_command(app)
+    command = root_command()
     args = move_root_options(list(sys.argv[1:] if argv is None else argv), command)
     try:
         code = command.main(args=args, prog_name="iclrkit", standalone_mode=False)

@@ -1,5 +1,5 @@
 """`compress bench` end to end (GEMMs + a packed model) and its bad-input exits, through a Typer app that holds
-only cli.compress_bench.bench (cli/compress.py wires the same function)."""
+only `compress bench` (cli.compress_bench.register, which cli/compress.py calls too)."""
 
 import json
 
@@ -8,13 +8,13 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from cli.compress_bench import bench
+from cli.compress_bench import register
 
 
 @pytest.fixture()
 def run_bench():
     app = typer.Typer()
-    app.command()(bench)
+    register(app)
     runner = CliRunner()
     return lambda args: runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 

@@ -215,8 +215,15 @@ def read_packed(directory: Path) -> tuple[dict, dict[str, np.ndarray]]:
     if not path.is_file():
         raise BadInputError(f"{directory} is not a packed iclrkit model (no {WEIGHTS})")
     with safe_open(str(path), framework="numpy") as handle:
-        config = json.loads(handle.metadata()["quantization_config"])
+        stored = (handle.metadata() or {}).get("quantization_config")
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - safe_open is not a dict
+    if stored is None:  # a tool rewrote the file without its metadata: the directory's copy of the config serves
+        copy = Path(directory) / "quantization_config.json"
+        if not copy.is_file():
+            raise BadInputError(f"{path} has no quantization_config in its metadata and {copy.name} is missing",
+                                "re-export the model with `iclrkit compress ... --set export=packed`")
+        stored = copy.read_text()
+    config = json.loads(stored)
     if config.get("format") != FORMAT:
         raise BadInputError(f"unknown packed format {config.get('format')!r}")
     return config, tensors

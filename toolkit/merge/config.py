@@ -4,7 +4,7 @@ declared once here) and the options a registered tensor-by-tensor merge method r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,8 +19,13 @@ def models_field(what: str) -> Any:
                  json_schema_extra={"flag": "--model", "short": "-m", "aliases": ["--models"]})
 
 
-def weights_field(description: str) -> Any:
-    return Field(None, description=description, json_schema_extra={"style": "comma"})
+def weights_field(description: str, signed: bool = False) -> Any:
+    """Comma-separated per-model weights: `list[Weight]` (>= 0), or any finite value with signed=True."""
+    return Field(None, description=description, json_schema_extra={"style": "comma", **({"signed": True} if signed
+                                                                                       else {})})
+
+
+Weight = Annotated[float, Field(ge=0)]  # a merge weight of one model
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,7 @@ class AverageConfig(StreamingFields):
 
     method: Literal["average"] = "average"
     models: list[str] = models_field("Models to merge (paths or zoo:NAME)")
-    weights: list[float] | None = weights_field("Merge weight per model (normalised); default uniform.")
+    weights: list[Weight] | None = weights_field("Merge weight per model (normalised); default uniform.")
 
     def options(self) -> MergeOptions:
         return MergeOptions(weights=self.weights)
@@ -93,7 +98,7 @@ class PaddedConfig(BaseConfig):
     models: list[str] = models_field("Models to merge (may differ in width and depth)")
     target: str | None = Field(None, description="Model whose shapes the merge takes (default: the deepest, "
                                                      "then largest).")
-    weights: list[float] | None = weights_field("Merge weight per model; default uniform.")
+    weights: list[Weight] | None = weights_field("Merge weight per model; default uniform.")
     align: bool = Field(False, description="Weight-match MLP units / CNN channels (widen GPT-2) first.")
     fill: Literal["zero", "duplicate"] = Field("zero", description="With align, spare units of a widened MLP/CNN: "
                                                "zero units or copies of matched units.")
@@ -139,7 +144,7 @@ class LatentMergeConfig(BaseConfig):
 
     models: list[str] = models_field("Models to merge")
     vae: str = Field(..., description="VAE directory written by `iclrkit merge latent train`.")
-    weights: list[float] | None = weights_field("Interpolation weight per model (λ); default uniform.")
+    weights: list[float] | None = weights_field("Interpolation weight per model (λ); default uniform.", signed=True)
     interpolation: Literal["linear", "slerp"] = Field("linear", description="slerp needs exactly two models.")
     code: Literal["compact", "full"] = Field("compact", description="Stage-2 compact code or the stage-1 code.")
     target: str | None = Field(None, description="Layout to decode into (default: the VAE's training target, "

@@ -152,7 +152,10 @@ def _unique(signatures: list[list]) -> list[list]:
 def _resume_state(ctx) -> dict | None:
     path = ctx.checkpoint_dir / CKPT
     if ctx.resume and path.is_file():
-        return torch.load(path, weights_only=True)
+        from toolkit.core.errors import reading_checkpoint
+
+        with reading_checkpoint(path):
+            return torch.load(path, weights_only=True)
     return None
 
 

@@ -272,7 +272,12 @@ def _resume(model, optimizer, scheduler, generator, ctx, phase, fingerprint) -> 
     path = _checkpoint_path(ctx, phase)
     if not path.is_file():
         return 0
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    from toolkit.core.errors import reading_checkpoint
+
+    with reading_checkpoint(path):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        for key in ("fingerprint", "step", "model", "optimizer", "scheduler", "generator"):
+            state[key]  # a checkpoint without one of them is as corrupt as a truncated one
     if state["fingerprint"]["model"] != fingerprint["model"]:
         raise BadInputError(f"checkpoint {path} was made for another model; refusing to resume",
                             "rerun without --resume (or with the model it was made for)")
