@@ -175,6 +175,9 @@ def config_command(app: typer.Typer, name: str, *, config: type, run: str | Call
             technique=technique, config_cls=config, flags=typed, common=Common.of(values), run=_import(run),
             inputs=inputs(typed) if inputs else None, plan=_import(plan) if plan else None, needs_out=needs_out)
 
+    # what the command is made of, for tools that walk the CLI (the bad-input matrix in tests/cli)
+    command.iclrkit_spec = {"config": config, "flags": list(flags), "technique": technique, "common": tuple(common),
+                            "needs_out": needs_out, "optional_out": optional_out, "fixed": dict(fixed or {})}
     command.__name__ = name.replace("-", "_")
     command.__doc__ = help
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

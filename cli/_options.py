@@ -16,7 +16,10 @@ OptionalOutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Out
                                                                             "outputs (optional).")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="YAML file with config keys.")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config key: key=value (repeatable).")]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Random seed (default: the root --seed, else 0).")]
+# torch.manual_seed takes [-2**63, 2**64): a seed outside is refused by the option itself (one line, exit 2)
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", min=SEED_MIN, max=SEED_MAX,
+                                                help="Random seed (default: the root --seed, else 0).")]
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="auto | cpu | cuda[:N] (default: the root --device).")]
 DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", help="float32 | float16 | bfloat16.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Resolve everything, print the plan, exit 0.")]

@@ -19,6 +19,9 @@ from cli._ranks import check_ranks, owns_process_group, process_group, process_r
 
 ROOT_STATE: dict[str, Any] = {"device": None, "seed": None, "verbosity": 0, "offline": False, "threads": None,
                               "force": False}
+# Inputs that are configuration files (a mergekit YAML): --out may not be them, but may sit beside them, as
+# `mergekit-yaml config.yml ./out` does; model and data inputs protect their whole folder.
+CONFIG_INPUTS = ("mergekit_config",)
 # Techniques whose config key `threads` is torch's thread count (a benchmark's variable); the runner applies it.
 CONFIG_THREADS = ("segment.mbunet.bench", "study.cot")
 
@@ -304,7 +307,7 @@ def guarded_inputs(config: Any) -> list[str]:
 
 
 def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out, multi_rank) -> None:
-    from toolkit.core.config import resolve_config
+    from toolkit.core.config import flag_of, resolve_config
     from toolkit.core.context import (
         RUN_WARNINGS,
         RunContext,
@@ -313,9 +316,11 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out,
         seed_everything,
     )
     from toolkit.core.errors import BadInputError
+    from toolkit.core.inputs import check_inputs
 
     RUN_WARNINGS.clear()
     config = resolve_config(config_cls, common.config, common.set, flags)
+    check_inputs(config, lambda name: flag_of(config_cls, name) or name)  # missing/corrupt inputs: before any load
     check_ranks(technique, multi_rank)
     threads = apply_threads(getattr(config, "threads", None) if technique in CONFIG_THREADS else None)
     apply_allocator(bool(getattr(config, "onload", False)))  # configs without onloading have no such field
@@ -336,8 +341,10 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out,
     if needs_out and common.out is None:
         raise BadInputError("--out DIR is required")
     if common.out is not None:
-        guarded = [v for v in ctx.inputs.values() if isinstance(v, (str, Path))] + guarded_inputs(config)
-        check_out_dir(common.out, common.overwrite, guarded, force=common.force or ROOT_STATE.get("force", False))
+        guarded = [v for k, v in ctx.inputs.items() if isinstance(v, (str, Path)) and k not in CONFIG_INPUTS]
+        check_out_dir(common.out, common.overwrite, guarded + guarded_inputs(config),
+                      force=common.force or ROOT_STATE.get("force", False),
+                      files=[v for k, v in ctx.inputs.items() if k in CONFIG_INPUTS and v])
     seed_everything(seed)
     with process_group(technique, device):
         _run_and_record(technique, config, common, run, ctx, command)

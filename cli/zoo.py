@@ -45,7 +45,11 @@ def build_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     with failing_in_one_line():  # SIGTERM too: one line, exit 143, the half-built model removed
+        from toolkit.core.inputs import check_input
         from toolkit.zoo.registry import build
+
+        if data:
+            check_input(data, "data", "--data")
 
         options = {"layers": layers} if layers else {}
         path, stats = build(name, data=data, steps=steps, seed=seed if seed is not None else (ROOT_STATE["seed"] or 0),

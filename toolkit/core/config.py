@@ -21,24 +21,26 @@ class BaseConfig(BaseModel):
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        """A subclass that only changes a knob's default (`sparsity: float = 0.5`) keeps the knob's declaration:
-        its description, flag and bounds (ge/gt/le/lt) come from the base that declared it, so a new default never
-        silently drops a range check."""
+        """A subclass that redeclares a knob for a new default (`sparsity: float = 0.5`, or with its own help text)
+        keeps the knob's declaration from the base that made it: its bounds (ge/gt/le/lt), and, when it gives none
+        of its own, its description and flag. A new default never silently drops a range check."""
         super().__pydantic_init_subclass__(**kwargs)
         from pydantic.fields import FieldInfo
 
+        own = cls.__dict__.get("__annotations__", {})
         changed = False
         for name, field in cls.model_fields.items():
-            if field.description or field.metadata or field.json_schema_extra:
+            if name not in own or field.metadata:
                 continue
-            for base in cls.__mro__[1:]:
-                declared = getattr(base, "model_fields", {}).get(name)
-                if declared is not None and (declared.description or declared.metadata):
-                    keep = {"default_factory": field.default_factory} if field.default_factory is not None else \
-                        {"default": field.default}
-                    cls.model_fields[name] = FieldInfo.merge_field_infos(declared, annotation=field.annotation, **keep)
-                    changed = True
-                    break
+            declared = next((base.model_fields[name] for base in cls.__mro__[1:]
+                             if name in getattr(base, "model_fields", {})
+                             and (base.model_fields[name].description or base.model_fields[name].metadata)), None)
+            if declared is None:
+                continue
+            bare = not (field.description or field.json_schema_extra)
+            if (declared.metadata and field.annotation == declared.annotation) or (bare and declared.description):
+                cls.model_fields[name] = FieldInfo.merge_field_infos(declared, field)
+                changed = True
         if changed:
             cls.model_rebuild(force=True)
 

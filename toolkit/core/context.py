@@ -130,13 +130,15 @@ def _first_existing(path: Path) -> Path:
     return path
 
 
-def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = (), force: bool = False) -> None:
+def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = (), force: bool = False,
+                  files: Iterable[str | Path] = ()) -> None:
     """Everything about --out that can be known before the run, each refused with one line (exit 2):
     an existing file; a cache (zoo, iclrkit, Hugging Face) it is inside or contains; an input it equals, contains, or
     is inside the directory of (a model or data directory, the folder holding a model or data file); a location
     where OUT.partial cannot be written; a mount point; a non-empty directory without --overwrite, and one that is not
     an iclrkit output (no run.json) without --overwrite --force. Symlinks are followed: --out is judged by its
-    target. An existing empty directory is fine (the run replaces it)."""
+    target. An existing empty directory is fine (the run replaces it). `files` (configuration files such as a
+    mergekit YAML) are protected themselves, not their folder."""
     from toolkit.core.paths import caches
 
     given = Path(out).expanduser()
@@ -165,6 +167,10 @@ def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = (),
             what = "the folder holding the input" if home != src else "the input"
             raise BadInputError(f"--out {given} is inside {what} {item} ({home}); outputs never go into an input's "
                                 "directory", "keep outputs in a folder of their own, e.g. --out runs/NAME")
+    for item in files:
+        src = Path(item).expanduser().resolve()
+        if out == src or out in src.parents:
+            raise BadInputError(f"--out {given} is or contains the input {item}; choose another directory")
     anchor = _first_existing(out.parent)
     if not anchor.is_dir():
         raise BadInputError(f"--out {given}: {anchor} is a file, so the directory cannot be made")
