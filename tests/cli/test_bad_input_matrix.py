@@ -599,6 +599,9 @@ def test_numeric_fields_hold_their_bounds_for_any_value(config):
         if not math.isfinite(number) or not integral or not _inside(knob, number):
             assert not accepted, f"{config.__name__}.{knob.name}={typed!r} accepted"
 
+    for knob in knobs:  # the edges every field must hold, whatever hypothesis draws
+        for value in (math.inf, -math.inf, math.nan, 0, -1):
+            check.hypothesis.inner_test(knob=knob, value=value)
     check()
 
 

@@ -173,7 +173,8 @@ def save_packed(model, tokenizer, out: Path, adapter: ArchAdapter, scales: dict[
     out.mkdir(parents=True, exist_ok=True)
     quantized, shapes, tensors = {}, {}, {}
     group_size = metadata.get("group_size")
-    for path, scale in scales.items():
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}  # the file does not depend on the order
+    for path, scale in sorted(scales.items(), key=lambda item: order.get(item[0], len(order))):  # scales came in
         module = model.get_submodule(path)
         weight = linear_weight(module, adapter.conv1d)
         shapes[path] = list(weight.shape)

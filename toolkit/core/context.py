@@ -118,10 +118,14 @@ def is_iclrkit_output(path: Path) -> bool:
     return (path / "run.json").is_file()
 
 
-def _home_of(src: Path) -> Path:
+def _home_of(src: Path) -> Path | None:
     """The directory that belongs to an input: a directory itself, or the folder holding a file (a data file may name
-    its siblings: images, shards, a second split), so --out goes into neither."""
-    return src.parent if src.is_file() else src
+    its siblings: images, shards, a second split), so --out goes into neither. The working directory and the folders
+    above it are where a command's outputs normally go (`-d valid.txt -o runs/x`): a file there claims no folder."""
+    if not src.is_file():
+        return src
+    cwd = Path.cwd().resolve()
+    return None if src.parent == cwd or src.parent in cwd.parents else src.parent
 
 
 def _first_existing(path: Path) -> Path:
@@ -136,7 +140,8 @@ def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = (),
     an existing file; a cache (zoo, iclrkit, Hugging Face) it is inside or contains; an input it equals, contains, or
     is inside the directory of (a model or data directory, the folder holding a model or data file); a location
     where OUT.partial cannot be written; a mount point; a non-empty directory without --overwrite, and one that is not
-    an iclrkit output (no run.json) without --overwrite --force. Symlinks are followed: --out is judged by its
+    an iclrkit output (no run.json) without --overwrite --force. (A file in the working directory or above it claims
+    no folder: `-d valid.txt -o runs/x` is fine.) Symlinks are followed: --out is judged by its
     target. An existing empty directory is fine (the run replaces it). `files` (configuration files such as a
     mergekit YAML) are protected themselves, not their folder."""
     from toolkit.core.paths import caches
@@ -163,7 +168,7 @@ def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = (),
             raise BadInputError(f"--out {given} is the input {item}; outputs never replace an input")
         if out in src.parents:
             raise BadInputError(f"--out {given} contains the input {item}; choose another directory")
-        if out == home or home in out.parents:
+        if home is not None and (out == home or home in out.parents):
             what = "the folder holding the input" if home != src else "the input"
             raise BadInputError(f"--out {given} is inside {what} {item} ({home}); outputs never go into an input's "
                                 "directory", "keep outputs in a folder of their own, e.g. --out runs/NAME")

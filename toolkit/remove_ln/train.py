@@ -261,7 +261,8 @@ def _save(model, optimizer, scheduler, generator, ctx, phase, fingerprint, step)
     path = _checkpoint_path(ctx, phase)
     torch.save({"fingerprint": fingerprint, "step": step, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "generator": generator.get_state()}, path.with_suffix(".tmp"))
+                "generator": generator.get_state(), "torch_rng": torch.get_rng_state()},  # dropout draws from it
+               path.with_suffix(".tmp"))
     os.replace(path.with_suffix(".tmp"), path)
 
 
@@ -287,6 +288,8 @@ def _resume(model, optimizer, scheduler, generator, ctx, phase, fingerprint) -> 
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     generator.set_state(state["generator"])
+    if "torch_rng" in state:  # so dropout draws what the uninterrupted run drew: --resume is bit-identical
+        torch.set_rng_state(state["torch_rng"])
     log.warning("%s: resumed at step %d from %s", phase, state["step"], path)
     return state["step"]
 
