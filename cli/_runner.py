@@ -267,60 +267,17 @@ def _path_flags(flags: dict[str, Any]) -> dict[str, Any]:
     return {key: flags[key] for key in ("model", "data") if isinstance(flags.get(key), (str, Path))}
 
 
-def _named_paths(text: str) -> list[str]:
-    """The existing paths a value names: itself, FILE of `FILE:field` (jsonl), PATH of `kind:PATH` (pascal3d:)."""
-    if not text or text in (".", ".."):
-        return [text] if text else []
-    if text.startswith("zoo:"):
-        return [text]
-    for candidate in (text, text.rsplit(":", 1)[0] if ":" in text else None,
-                      text.split(":", 1)[1] if ":" in text else None):
-        if candidate and Path(candidate).expanduser().exists():
-            return [candidate]
-    return []
-
-
-def guarded_inputs(config: Any) -> list[str]:
-    """Every path the resolved config names, however it was given (flag, --set, --config): model and data always,
-    and any other value the user set that names an existing file or directory (a second data set, a reference
-    model, an index...). --out may not go into any of them (check_out_dir)."""
-    found: list[str] = []
-
-    def visit(value: Any) -> None:
-        if isinstance(value, (str, Path)):
-            found.extend(_named_paths(str(value)))
-        elif isinstance(value, (list, tuple, set)):
-            for item in value:
-                visit(item)
-        elif isinstance(value, dict):
-            for item in value.values():
-                visit(item)
-        elif hasattr(type(value), "model_fields"):
-            for name in type(value).model_fields:
-                visit(getattr(value, name))
-
-    for name, declared in type(config).model_fields.items():
-        value = getattr(config, name)
-        if name in ("model", "data") or value != declared.default:
-            visit(value)
-    return found
-
-
 def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out, multi_rank) -> None:
     from toolkit.core.config import flag_of, resolve_config
-    from toolkit.core.context import (
-        RUN_WARNINGS,
-        RunContext,
-        check_out_dir,
-        resolve_device,
-        seed_everything,
-    )
+    from toolkit.core.context import RUN_WARNINGS, RunContext, resolve_device, seed_everything
     from toolkit.core.errors import BadInputError
-    from toolkit.core.inputs import check_inputs
+    from toolkit.core.outdir import check_out_dir
+    from toolkit.models.inputs import check_inputs, guarded_inputs
 
     RUN_WARNINGS.clear()
     config = resolve_config(config_cls, common.config, common.set, flags)
-    check_inputs(config, lambda name: flag_of(config_cls, name) or name)  # missing/corrupt inputs: before any load
+    if not common.dry_run:  # missing/corrupt inputs, before anything loads (a plan needs no model)
+        check_inputs(config, lambda name: flag_of(config_cls, name) or name)
     check_ranks(technique, multi_rank)
     threads = apply_threads(getattr(config, "threads", None) if technique in CONFIG_THREADS else None)
     apply_allocator(bool(getattr(config, "onload", False)))  # configs without onloading have no such field
@@ -351,7 +308,7 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out,
 
 
 def _run_and_record(technique, config, common, run, ctx, command) -> None:
-    from toolkit.core.context import atomic_dir
+    from toolkit.core.outdir import atomic_dir
     from toolkit.core.report import build_run_record, write_run_files
 
     started, clock = dt.datetime.now(dt.timezone.utc), time.perf_counter()

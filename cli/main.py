@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli._options import SEED_MAX, SEED_MIN
+from cli._options import check_seed
 from cli._runner import ROOT_STATE
 
 app = typer.Typer(name="iclrkit", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
@@ -45,7 +45,7 @@ def root(
     verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More logging (-vv: tracebacks).")] = 0,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors; no progress bars.")] = False,
     device: Annotated[Optional[str], typer.Option("--device", help="Default device: auto | cpu | cuda[:N].")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", min=SEED_MIN, max=SEED_MAX,
+    seed: Annotated[Optional[int], typer.Option("--seed", callback=check_seed,
                                                 help="Default seed for every command.")] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network (sets HF_HUB_OFFLINE=1).")] = False,
     threads: Annotated[Optional[int], typer.Option("--threads", help="CPU threads for torch (default: "

@@ -45,7 +45,7 @@ def build_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     with failing_in_one_line():  # SIGTERM too: one line, exit 143, the half-built model removed
-        from toolkit.core.inputs import check_input
+        from toolkit.models.inputs import check_input
         from toolkit.zoo.registry import build
 
         if data:

@@ -55,6 +55,15 @@ def isolated_zoo(tmp_path_factory):
             os.environ[name] = old
 
 
+@pytest.fixture(autouse=True)
+def in_scratch_directory(tmp_path, monkeypatch):
+    """Every test runs in its own scratch directory, as a user runs iclrkit from a project folder: the inputs a test
+    writes there (tmp_path/forget.json) sit in the working directory, which claims no folder, so its outputs may go
+    to tmp_path/out (`-d valid.txt -o runs/x`). An input written anywhere else protects its folder from --out, as
+    tests/cli/test_hardening_round3.py and the bad-input matrix check."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     from toolkit.data.text import embedded_text

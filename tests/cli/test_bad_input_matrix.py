@@ -196,7 +196,7 @@ HAND_WRITTEN = {"export gguf": _export_baseline, "export compressed-tensors": _e
 
 def baseline(leaf: Leaf, world: World) -> tuple[list[str], dict[str, Path]]:
     """(arguments without --out, {knob: input path made for it}) that pass validation for `leaf`."""
-    from toolkit.core.inputs import input_kind
+    from toolkit.models.inputs import input_kind
 
     if leaf.spec is None:
         return HAND_WRITTEN[leaf.name](world)
@@ -420,19 +420,20 @@ CLICK_LEAVES = [leaf for leaf in LEAVES if _click_numeric(leaf)]
 @pytest.mark.parametrize("leaf", CLICK_LEAVES, ids=[leaf.name for leaf in CLICK_LEAVES])
 def test_numeric_options_declared_on_the_command(leaf, world):
     """A numeric option that no config declares (--seed; a hand-written command's) declares its range on the option
-    itself (typer.Option(min=..., max=...)): every value out of it, each non-finite and each wrong type is refused by
-    the option, naming it, before anything runs."""
+    itself (typer.Option(min=..., max=...), or a validating callback's `iclrkit_range`): every value out of it, each
+    non-finite and each wrong type is refused by the option, naming it, before anything runs."""
     before = world.digest()
     for param in _click_numeric(leaf):
         info = param.type_descriptor.parameter_info
         flag = param.opts[0]
-        assert info.min is not None or info.max is not None, \
-            f"{leaf.name} {flag}: declare its range on the option (typer.Option(min=..., max=...))"
+        low, high = getattr(info.callback, "iclrkit_range", (info.min, info.max))
+        assert low is not None or high is not None, (f"{leaf.name} {flag}: declare its range on the option "
+                                                     "(typer.Option(min=..., max=...), or a callback's iclrkit_range)")
         values = ["abc", "inf", "nan", "-inf", *(["1.5"] if param.type_descriptor.annotation is int else [])]
-        if info.min is not None:
-            values.append(str(info.min - 1))
-        if info.max is not None:
-            values.append(str(info.max + 1))
+        if low is not None:
+            values.append(str(low - 1))
+        if high is not None:
+            values.append(str(high + 1))
         for value in values:
             world.calls.clear()
             args = [*leaf.path, *(["gpt2-tiny"] if leaf.path == ("zoo", "build") else []), flag, value]
@@ -513,7 +514,7 @@ def test_out_dangers(leaf, world, read_only_parent):
 # --- missing and corrupt inputs ----------------------------------------------------------------------------------------
 
 def _input_knobs(leaf: Leaf) -> dict[str, str]:
-    from toolkit.core.inputs import input_fields
+    from toolkit.models.inputs import input_fields
 
     return {name: kind for name, kind in input_fields(leaf.spec["config"]).items() if name in leaf.spec["flags"]}
 

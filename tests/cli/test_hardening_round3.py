@@ -232,10 +232,17 @@ def interrupted_gptq(cli, tiny_llama_dir, text_file, tmp_path, monkeypatch):
     out = tmp_path / "c"
     args = GPTQ + ["-m", tiny_llama_dir, "-d", text_file, "-o", out]
     _fail_on_block(monkeypatch, 1, KeyboardInterrupt())
-    line = _one_line(cli(args), 130, "interrupted", "rerun the same command with --resume")
-    assert str(tmp_path / "c.partial") in line
+    assert cli(args).exit_code == 130
     monkeypatch.undo()
+    assert (tmp_path / "c.partial" / "checkpoints" / "block_0.safetensors").is_file()
     return args, tmp_path / "c.partial" / "checkpoints"
+
+
+def test_an_interrupt_is_one_line_that_says_where_to_resume(cli, tiny_llama_dir, text_file, tmp_path, monkeypatch):
+    _fail_on_block(monkeypatch, 1, KeyboardInterrupt())
+    line = _one_line(cli(GPTQ + ["-m", tiny_llama_dir, "-d", text_file, "-o", tmp_path / "c"]), 130, "interrupted",
+                     "rerun the same command with --resume", started=True)
+    assert str(tmp_path / "c.partial") in line
 
 
 @pytest.mark.parametrize("damage", ["truncated-block", "garbage-progress", "missing-block", "truncated-scales"])

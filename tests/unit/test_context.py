@@ -33,10 +33,12 @@ def test_out_dir_rules(tmp_path):
     (model / "run.json").write_text("{}")
     check_out_dir(model, True, [])  # an earlier run's output: --overwrite is enough
     check_out_dir(tmp_path / "fresh", False, [model])
-    data = tmp_path / "data.txt"
+    data = tmp_path / "sets" / "data.txt"  # not in the working directory
+    data.parent.mkdir()
     data.write_text("x")
     with pytest.raises(BadInputError, match="inside the folder holding the input"):
-        check_out_dir(tmp_path / "beside-the-data", False, [data])  # its folder may hold what it names (issue 45)
+        check_out_dir(data.parent / "beside-the-data", False, [data])  # its folder may hold what it names (issue 45)
+    check_out_dir(tmp_path / "elsewhere", False, [data])
     with pytest.raises(BadInputError, match="contains the input"):
         check_out_dir(tmp_path, True, [data])
 

@@ -67,7 +67,7 @@ def test_bench_end_to_end_with_packed_model(run_bench, packed_dir, tmp_path):
 
 def test_bench_bad_inputs_exit_2(run_bench, tmp_path):
     missing = run_bench(["--model", tmp_path / "nope", "--out", tmp_path / "a"])
-    assert missing.exit_code == 2 and "not a packed iclrkit model" in (missing.stdout + missing.stderr)
+    assert missing.exit_code == 2 and "model path not found" in (missing.stdout + missing.stderr)
     bad_rows = run_bench(["--rows", 0, "--out", tmp_path / "b"])
     assert bad_rows.exit_code == 2
     bad_bits = run_bench(["--a-bits", 9, "--out", tmp_path / "c"])

@@ -80,7 +80,7 @@ def checkpoint_for(gguf: Path) -> Path:
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
-        from toolkit.core.context import normalize_modes
+        from toolkit.core.outdir import normalize_modes
 
         normalize_modes(partial)
         os.replace(partial, target)
@@ -103,7 +103,8 @@ def check_gguf(gguf: Path) -> None:
 
 
 def convert(gguf: Path, out: Path, *, source: str, technique: str, notes: str, metadata: dict) -> Path:
-    """Read `gguf` with transformers' GGUF loader and save it as a plain safetensors checkpoint at `out`."""
+    """Read `gguf` with transformers' GGUF loader and save it as a plain safetensors checkpoint at `out` (callers
+    quiet transformers' bars first: toolkit.models.source.quiet_transformers)."""
     try:
         import gguf as _gguf  # noqa: F401 - transformers' GGUF reader needs it
     except ImportError:
@@ -112,9 +113,6 @@ def convert(gguf: Path, out: Path, *, source: str, technique: str, notes: str, m
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from toolkit.models.save import plain_config, save_model
-    from toolkit.models.source import _quiet_transformers
-
-    _quiet_transformers()
 
     try:
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)

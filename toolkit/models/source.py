@@ -35,6 +35,7 @@ def resolve_model_path(spec: str) -> Path | str:
 
         gguf = gguf_file(path)
         if gguf is not None:  # converted once into iclrkit's cache, then read like any checkpoint directory
+            _quiet_transformers()
             return checkpoint_for(gguf)
         if path.is_dir() and not (path / "config.json").exists():
             raise BadInputError(f"model directory {path} has no config.json")

