@@ -465,3 +465,19 @@ def test_a_directorys_sha256_is_that_of_its_sha256sum_manifest(tmp_path):
         shell = subprocess.run("find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum",
                                shell=True, cwd=tmp_path, capture_output=True, text=True).stdout.split()[0]
         assert sha256_of(tmp_path) == shell
+
+
+def test_normalize_modes_follows_the_umask_and_keeps_scripts_executable(tmp_path):
+    from toolkit.core.outdir import normalize_modes
+
+    mask = os.umask(0o022)
+    try:
+        (tmp_path / "w.safetensors").write_bytes(b"x")
+        (tmp_path / "w.safetensors").chmod(0o600)
+        (tmp_path / "serve.sh").write_text("#!/bin/sh\n")
+        (tmp_path / "serve.sh").chmod(0o700)
+        normalize_modes(tmp_path)
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "w.safetensors").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "serve.sh").stat().st_mode & 0o777 == 0o755

@@ -162,14 +162,15 @@ def _umask() -> int:
 
 def normalize_modes(root: Path) -> None:
     """Give every file and directory under `root` the mode a new one gets under the umask (0644 / 0755 with the
-    usual 022): some writers (safetensors) create their files 0600, which would hide weights from other users of
-    an output that the run's other files share."""
+    usual 022; an executable file stays executable): some writers (safetensors) create their files 0600, which
+    would hide weights from other users of an output that the run's other files share."""
     mask = _umask()
     for path in [Path(root), *Path(root).rglob("*")]:
         if path.is_symlink():
             continue
         try:
-            path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+            executable = path.is_dir() or path.stat().st_mode & 0o111
+            path.chmod((0o777 if executable else 0o666) & ~mask)
         except OSError:  # not ours to change (a foreign file system): leave it
             pass
 
