@@ -62,6 +62,11 @@ def _unwrap_optional(annotation: Any) -> Any:
     return annotation
 
 
+def _plain(item: Any) -> Any:
+    """`Annotated[int, Field(ge=0)]` -> int (the bounds stay with the config, which checks them)."""
+    return typing.get_args(item)[0] if typing.get_origin(item) is Annotated else item
+
+
 def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
     """(Annotated type for Typer, converter from the typed value to the config value) for one field."""
     field = config_cls.model_fields[name]
@@ -88,14 +93,14 @@ def option_for(config_cls: type, name: str) -> tuple[Any, Callable[[Any], Any]]:
         help_text = f"{help_text} One of: {' | '.join(choices)}."
         kind = Optional[str]
     elif origin in (list, tuple) and extra.get("style") == "comma":
-        item = (typing.get_args(base) or (str,))[0]
+        item = _plain((typing.get_args(base) or (str,))[0])
         if typing.get_origin(item) in (Union, types.UnionType):  # a number or a gradient: typed as the number
-            item = next(a for a in typing.get_args(item) if a in (int, float, str))
+            item = _plain(next(a for a in map(_plain, typing.get_args(item)) if a in (int, float, str)))
         kind = Optional[str]
         help_text = f"{help_text} (comma-separated)"
         convert = _comma_list(flag, item)
     elif origin in (list, tuple):
-        item = (typing.get_args(base) or (str,))[0]
+        item = _plain((typing.get_args(base) or (str,))[0])
         kind = Optional[list[item if item in (str, int, float) else str]]
         convert = lambda value: list(value) if value else None  # noqa: E731
     elif origin is dict or base is dict:
@@ -172,6 +177,9 @@ def config_command(app: typer.Typer, name: str, *, config: type, run: str | Call
             technique=technique, config_cls=config, flags=typed, common=Common.of(values), run=_import(run),
             inputs=inputs(typed) if inputs else None, plan=_import(plan) if plan else None, needs_out=needs_out)
 
+    # what the command is made of, for tools that walk the CLI (the bad-input matrix in tests/cli)
+    command.iclrkit_spec = {"config": config, "flags": list(flags), "technique": technique, "common": tuple(common),
+                            "needs_out": needs_out, "optional_out": optional_out, "fixed": dict(fixed or {})}
     command.__name__ = name.replace("-", "_")
     command.__doc__ = help
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

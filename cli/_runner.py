@@ -19,6 +19,9 @@ from cli._ranks import check_ranks, owns_process_group, process_group, process_r
 
 ROOT_STATE: dict[str, Any] = {"device": None, "seed": None, "verbosity": 0, "offline": False, "threads": None,
                               "force": False}
+# Inputs that are configuration files (a mergekit YAML): --out may not be them, but may sit beside them, as
+# `mergekit-yaml config.yml ./out` does; model and data inputs protect their whole folder.
+CONFIG_INPUTS = ("mergekit_config",)
 # Techniques whose config key `threads` is torch's thread count (a benchmark's variable); the runner applies it.
 CONFIG_THREADS = ("segment.mbunet.bench", "study.cot")
 
@@ -56,25 +59,47 @@ class Terminated(KeyboardInterrupt):
 
 
 def fail(exc: BaseException) -> None:
+    """Every failure as one line on stderr and its exit code; what a failed run left in OUT.partial (kept for
+    --resume, or removed) is said in that same line."""
     from toolkit.core.errors import IclrkitError, translate
 
     debug = ROOT_STATE["verbosity"] >= 2 or os.environ.get("ICLRKIT_DEBUG") == "1"
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
     exc = translate(exc)
+    partial = getattr(exc, "iclrkit_partial", None)
+
+    def said(text: str, resumable: bool = True, say_removed: bool = False) -> str:
+        note = partial.note(resumable, say_removed) if partial is not None else ""
+        return f"{text}; {note}" if note else text
+
     if isinstance(exc, IclrkitError):
-        typer.echo(exc.one_line(), err=True)
+        hint = f" (hint: {exc.hint})" if exc.hint else ""
+        message = said(exc.message, exc.exit_code != 2, getattr(exc, "say_removed", False))
+        typer.echo(f"error: {message}{hint}", err=True)
         raise typer.Exit(exc.exit_code)
     if isinstance(exc, Terminated):
-        typer.echo("error: terminated (SIGTERM)", err=True)
+        typer.echo(f"error: {said('terminated (SIGTERM)')}", err=True)
         raise typer.Exit(143)
     if isinstance(exc, KeyboardInterrupt):
-        typer.echo("error: interrupted", err=True)
+        typer.echo(f"error: {said('interrupted')}", err=True)
         raise typer.Exit(130)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    typer.echo(f"error: run failed: {type(exc).__name__}: {first}"
+    typer.echo(f"error: {said(f'run failed: {type(exc).__name__}: {first}')}"
                + ("" if debug else " (rerun with -vv for the traceback)"), err=True)
     raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def failing_in_one_line():
+    """For commands outside `execute` (zoo build): SIGTERM handled like Ctrl-C, every failure one line + code."""
+    try:
+        with _sigterm_as_interrupt():
+            yield
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        fail(exc)
 
 
 def parse_threads(value: Any, source: str) -> int | None:
@@ -243,18 +268,16 @@ def _path_flags(flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out, multi_rank) -> None:
-    from toolkit.core.config import resolve_config
-    from toolkit.core.context import (
-        RUN_WARNINGS,
-        RunContext,
-        check_out_dir,
-        resolve_device,
-        seed_everything,
-    )
+    from toolkit.core.config import flag_of, resolve_config
+    from toolkit.core.context import RUN_WARNINGS, RunContext, resolve_device, seed_everything
     from toolkit.core.errors import BadInputError
+    from toolkit.core.outdir import check_out_dir
+    from toolkit.models.inputs import check_inputs, guarded_inputs
 
     RUN_WARNINGS.clear()
     config = resolve_config(config_cls, common.config, common.set, flags)
+    if not common.dry_run:  # missing/corrupt inputs, before anything loads (a plan needs no model)
+        check_inputs(config, lambda name: flag_of(config_cls, name) or name)
     check_ranks(technique, multi_rank)
     threads = apply_threads(getattr(config, "threads", None) if technique in CONFIG_THREADS else None)
     apply_allocator(bool(getattr(config, "onload", False)))  # configs without onloading have no such field
@@ -275,15 +298,17 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out,
     if needs_out and common.out is None:
         raise BadInputError("--out DIR is required")
     if common.out is not None:
-        check_out_dir(common.out, common.overwrite, [v for v in ctx.inputs.values() if isinstance(v, (str, Path))],
-                      force=common.force or ROOT_STATE.get("force", False))
+        guarded = [v for k, v in ctx.inputs.items() if isinstance(v, (str, Path)) and k not in CONFIG_INPUTS]
+        check_out_dir(common.out, common.overwrite, guarded + guarded_inputs(config),
+                      force=common.force or ROOT_STATE.get("force", False),
+                      files=[v for k, v in ctx.inputs.items() if k in CONFIG_INPUTS and v])
     seed_everything(seed)
     with process_group(technique, device):
         _run_and_record(technique, config, common, run, ctx, command)
 
 
 def _run_and_record(technique, config, common, run, ctx, command) -> None:
-    from toolkit.core.context import atomic_dir
+    from toolkit.core.outdir import atomic_dir
     from toolkit.core.report import build_run_record, write_run_files
 
     started, clock = dt.datetime.now(dt.timezone.utc), time.perf_counter()

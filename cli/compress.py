@@ -10,9 +10,7 @@ import typer
 
 import toolkit.compress.config  # noqa: F401 - declares the registry's method modules (torch-free)
 from cli._fields import STANDARD, config_command
-from cli.compress_bench import EPILOG as BENCH_EPILOG
-from cli.compress_bench import HELP as BENCH_HELP
-from cli.compress_bench import bench
+from cli.compress_bench import register as register_bench
 from toolkit.core.registry import registry
 
 app = typer.Typer(no_args_is_help=True, help="Compress LLMs: OBR and its baselines (quantization + sparsity).")
@@ -28,4 +26,4 @@ for _method in registry("compress"):
         epilog=EXAMPLES.format(cmd=_method.name), flags=_method.meta["flags"],
         common=(*STANDARD, "dtype", "resume"), inputs=lambda f: {"data": f["data"], "eval_data": f["eval_data"]})
 
-app.command("bench", help=BENCH_HELP, epilog=BENCH_EPILOG)(bench)
+register_bench(app)

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from cli._options import DataOpt, SeedOpt
-from cli._runner import ROOT_STATE, fail
+from cli._runner import ROOT_STATE, failing_in_one_line
 
 app = typer.Typer(no_args_is_help=True, help="Reference models built here (cached in ~/.cache/iclrkit/zoo).")
 
@@ -38,22 +38,22 @@ def list_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 def build_cmd(
     name: Annotated[str, typer.Argument(help="Recipe name (see `iclrkit zoo list`).")],
     data: DataOpt = None,
-    steps: Annotated[Optional[int], typer.Option(help="Training steps (recipe default otherwise).")] = None,
-    layers: Annotated[Optional[int], typer.Option(help="Override the number of blocks (LM recipes).")] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1, help="Training steps (recipe default otherwise).")] = None,
+    layers: Annotated[Optional[int], typer.Option(min=1, help="Override the number of blocks (LM recipes).")] = None,
     seed: SeedOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if cached.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    try:
+    with failing_in_one_line():  # SIGTERM too: one line, exit 143, the half-built model removed
+        from toolkit.models.inputs import check_input
         from toolkit.zoo.registry import build
+
+        if data:
+            check_input(data, "data", "--data")
 
         options = {"layers": layers} if layers else {}
         path, stats = build(name, data=data, steps=steps, seed=seed if seed is not None else (ROOT_STATE["seed"] or 0),
                             force=force, quiet=ROOT_STATE["verbosity"] < 0, **options)
-    except BaseException as exc:  # noqa: BLE001
-        if isinstance(exc, typer.Exit):
-            raise
-        fail(exc)
     spec = f"zoo:{Path(path).name}"
     if as_json:
         typer.echo(json.dumps({"model": spec, "path": str(path), **stats}, indent=2))

@@ -42,15 +42,26 @@ def device_args(test_device) -> list[str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_zoo(tmp_path_factory):
-    """Tests never read or write the user's zoo cache."""
+    """Tests never read or write the user's zoo cache, nor iclrkit's own cache (edit statistics, converted GGUF)."""
     path = tmp_path_factory.mktemp("zoo")
-    old = os.environ.get("ICLRKIT_ZOO_DIR")
+    saved = {name: os.environ.get(name) for name in ("ICLRKIT_ZOO_DIR", "ICLRKIT_CACHE_DIR")}
     os.environ["ICLRKIT_ZOO_DIR"] = str(path)
+    os.environ["ICLRKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("iclrkit-cache"))
     yield path
-    if old is None:
-        os.environ.pop("ICLRKIT_ZOO_DIR", None)
-    else:
-        os.environ["ICLRKIT_ZOO_DIR"] = old
+    for name, old in saved.items():
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+@pytest.fixture(autouse=True)
+def in_scratch_directory(tmp_path, monkeypatch):
+    """Every test runs in its own scratch directory, as a user runs iclrkit from a project folder: the inputs a test
+    writes there (tmp_path/forget.json) sit in the working directory, which claims no folder, so its outputs may go
+    to tmp_path/out (`-d valid.txt -o runs/x`). An input written anywhere else protects its folder from --out, as
+    tests/cli/test_hardening_round3.py and the bad-input matrix check."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(scope="session")
@@ -109,9 +120,12 @@ def cli():
 
 @pytest.fixture()
 def text_file(tmp_path) -> Path:
+    """A text file in a folder of its own (tmp_path/data): --out never goes into an input file's folder, so outputs
+    at tmp_path/NAME stay legal."""
     from toolkit.data.text import embedded_text
 
-    path = tmp_path / "text.txt"
+    path = tmp_path / "data" / "text.txt"
+    path.parent.mkdir(exist_ok=True)
     path.write_text(embedded_text()[:40_000])
     return path
 

@@ -61,3 +61,29 @@ def throwaway_method(tmp_path: Path, kind: str, source: str, cli_module: str):
         sys.modules.pop(name, None)
         sys.path.remove(str(tmp_path))
         rebuild()
+
+
+class Invocation:
+    """What `iclrkit ARGS` did: exit_code, stdout, stderr (text)."""
+
+    def __init__(self, exit_code: int, stdout: str, stderr: str) -> None:
+        self.exit_code, self.stdout, self.stderr = exit_code, stdout, stderr
+
+    def __repr__(self) -> str:
+        return f"Invocation(exit_code={self.exit_code}, stderr={self.stderr.strip()[-300:]!r})"
+
+
+def run_iclrkit(args: list) -> Invocation:
+    """Run the console script's entry point (cli.main.main) in-process, as a shell user would: root options moved,
+    usage errors as one line (the `cli` fixture invokes the Typer app, whose usage errors are a rich panel)."""
+    from typer.testing import CliRunner
+
+    from cli.main import main
+
+    with CliRunner().isolation() as (stdout, stderr, _):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return Invocation(code, stdout.getvalue().decode(errors="replace"), stderr.getvalue().decode(errors="replace"))

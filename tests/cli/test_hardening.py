@@ -41,9 +41,9 @@ PPL = ["eval", "ppl", "--data", "embedded", "--max-windows", "1", "--max-length"
 def test_out_into_the_zoo_cache_is_refused(cli, zoo):
     before = _digest(zoo / "gpt2-tiny")
     result = cli(["--force"] + PPL + ["-m", "zoo:gpt2-tiny", "--out", zoo / "gpt2-tiny", "--overwrite"])
-    _one_line(result, 2, "inside the cache")
+    _one_line(result, 2, "inside the zoo cache")
     result = cli(PPL + ["-m", "zoo:gpt2-tiny", "--out", zoo / "gpt2-tiny" / "sub"])
-    _one_line(result, 2, "inside the cache")
+    _one_line(result, 2, "inside the zoo cache")
     assert _digest(zoo / "gpt2-tiny") == before
 
 

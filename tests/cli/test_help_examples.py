@@ -76,3 +76,65 @@ def test_cluster_help_examples_run_for_real(cli, tmp_path):
                   "--out", tmp_path / "kplanes", "--json"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["status"] == "ok"
+
+
+# The examples that run for real, as printed, in a scratch working directory: zoo names resolve to the tiny models
+# (zoo:gpt2-small is the tiny GPT-2, zoo:llama-small and zoo:smollm2-135m the tiny Llama), each file an example names
+# after -m/--model is a copy of a tiny model and after -d/--data/--eval-data a text file. Families whose defaults
+# train for minutes on 2 cores (study, segment, explain, merge zoos, edit, unlearn, remove-ln, DeepRAG, MHLP,
+# steering, TokUR, benchmarks, compress bench, a zoo build on new data), score the whole 465K-character embedded
+# text (`eval ppl --data embedded`: ~45 s here; test_hardening scores it with --max-windows) or need a server stay
+# parsed and validated above.
+RUN_FOR_REAL = (("info",), ("zoo", "build"), ("eval", "ppl"), ("compress",), ("cluster", "khc", "generate"))
+STAND_INS = {"gpt2-small": "gpt2", "gpt2-tiny": "gpt2", "llama-small": "llama", "smollm2-135m": "llama"}
+MODEL_FLAGS, DATA_FLAGS = ("-m", "--model"), ("-d", "--data", "--eval-data")
+
+
+def _runs_for_real(args: list[str]) -> bool:
+    if any(token.startswith(("openai:", "http")) for token in args) or args[:2] == ["compress", "bench"]:
+        return False
+    if args[:2] == ["zoo", "build"] and ("--data" in args or "-d" in args) or "embedded" in args:
+        return False
+    return any(tuple(args[:len(prefix)]) == prefix for prefix in RUN_FOR_REAL)
+
+
+REAL = [(text, args) for text, args in EXAMPLES if _runs_for_real(args)]
+
+
+def test_the_examples_that_run_for_real_cover_the_reported_one():
+    assert any("--max-length 1024 --stride 512" in text for text, _ in REAL) and len(REAL) >= 10
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("text,args", REAL, ids=[text[:70] for text, _ in REAL])
+def test_help_example_runs_as_printed(text, args, tmp_path, monkeypatch, tiny_gpt2_dir, tiny_llama_dir):
+    import shutil
+
+    from testkit import run_iclrkit
+
+    from toolkit.data.text import embedded_text
+
+    models = {"gpt2": tiny_gpt2_dir, "llama": tiny_llama_dir}
+    zoo = tmp_path / "zoo"
+    for name, family in STAND_INS.items():
+        shutil.copytree(models[family], zoo / name)
+    monkeypatch.setenv("ICLRKIT_ZOO_DIR", str(zoo))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for flag, value in zip(args, args[1:]):
+        if value.startswith("zoo:") or value in ("embedded",) or (work / value).exists():
+            continue
+        if flag in MODEL_FLAGS:
+            shutil.copytree(models["gpt2" if "gpt2" in value else "llama"], work / value)
+        elif flag in DATA_FLAGS:
+            (work / value).parent.mkdir(parents=True, exist_ok=True)
+            (work / value).write_text(embedded_text()[:5000])
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        result = run_iclrkit(args)
+    finally:
+        torch.set_num_threads(threads)
+    assert result.exit_code == 0, f"{text}\n{result.stderr}"

@@ -81,7 +81,7 @@ def _csv(path, rows):
     ("constant", 2, "identical"),
     ("one_column", 2, "d = 1"),
     ("text", 2, "not numeric"),
-    ("ok", 0, "k must be >= 1"),
+    ("ok", 0, "greater than or equal to 1"),
     ("ok", 50, "exceeds the number of points"),
     ("ok_bad_time", 2, "time_limit"),
 ])

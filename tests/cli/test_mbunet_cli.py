@@ -1,6 +1,7 @@
 """`iclrkit segment mbunet train | convert | infer | bench` end to end on a tiny U-Net, and bad input."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,9 @@ def test_infer_on_a_folder_writes_masks(cli, trained, tmp_path):
     assert mask.shape == (32, 32) and mask.max() < 4
 
 
+NOT_A_MODEL = str(Path(__file__).resolve().parent)  # an existing folder that holds no MBU-Net
+
+
 @pytest.mark.parametrize("args, needle", [
     (["train", "--data", "/nonexistent/folder"], "not found"),
     (["train", "--variant", "ternary"], "variant"),
@@ -75,9 +79,12 @@ def test_infer_on_a_folder_writes_masks(cli, trained, tmp_path):
     (["train", "--set", "mask_search=random"], "mask_search"),
     (["train", "--size", "30"], "multiple"),
     (["train", "--set", "bogus=1"], "unknown config key"),
-    (["convert", "--model", "/nonexistent"], "not a trained MBU-Net"),
-    (["infer", "--model", "/nonexistent"], "not an MBU-Net"),
-    (["bench", "--model", "/nonexistent"], "not an MBU-Net"),
+    (["convert", "--model", "/nonexistent"], "model path not found"),
+    (["infer", "--model", "/nonexistent"], "model path not found"),
+    (["bench", "--model", "/nonexistent"], "model path not found"),
+    (["convert", "--model", NOT_A_MODEL], "not a trained MBU-Net"),
+    (["infer", "--model", NOT_A_MODEL], "not an MBU-Net"),
+    (["bench", "--model", NOT_A_MODEL], "not an MBU-Net"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(cli, tmp_path, args, needle):
     out = tmp_path / "out"

@@ -73,7 +73,7 @@ def test_dry_run_prints_the_schedule(cli, tiny_gpt2_dir):
 
 @pytest.mark.parametrize("args, message", [
     (["--steps", "10"], "too few"),
-    (["--set", "lr=.nan"], "lr must be"),
+    (["--set", "lr=.nan"], "finite number"),
     (["--set", "momentum=1.5"], "momentum"),
     (["--set", "no_such_key=1"], "unknown config key"),
     (["-d", "/nonexistent/data.txt"], "not found"),

@@ -23,8 +23,8 @@ def test_logistic_json(cli):
 
 
 def test_bad_input(cli, tmp_path):
-    for args, message in ((["--d", "10,x"], "comma-separated"), (["--n", "1"], "at least 2"),
-                          (["--mu", "0"], "positive"), (["--loss", "hinge"], "loss"),
+    for args, message in ((["--d", "10,x"], "comma-separated"), (["--n", "1"], "greater than or equal to 2"),
+                          (["--mu", "0"], "greater than 0"), (["--loss", "hinge"], "loss"),
                           (["--set", "noise=student_t", "--set", "dof=1.5"], "dof > 2")):
         r = cli(["study", "benign-overfit", *args, "--out", tmp_path / "o"])
         assert r.exit_code == 2, (args, r.stderr)

@@ -33,11 +33,28 @@ def test_out_dir_rules(tmp_path):
     (model / "run.json").write_text("{}")
     check_out_dir(model, True, [])  # an earlier run's output: --overwrite is enough
     check_out_dir(tmp_path / "fresh", False, [model])
-    data = tmp_path / "data.txt"
+    data = tmp_path / "sets" / "data.txt"  # not in the working directory
+    data.parent.mkdir()
     data.write_text("x")
-    check_out_dir(tmp_path / "beside-the-data", False, [data])
+    with pytest.raises(BadInputError, match="inside the folder holding the input"):
+        check_out_dir(data.parent / "beside-the-data", False, [data])  # its folder may hold what it names (issue 45)
+    check_out_dir(tmp_path / "elsewhere", False, [data])
     with pytest.raises(BadInputError, match="contains the input"):
         check_out_dir(tmp_path, True, [data])
+
+
+def test_a_data_file_in_the_working_directory_claims_no_folder(tmp_path, monkeypatch):
+    """`-d valid.txt -o runs/x` (the help examples' layout) works; the file itself and its parents stay protected."""
+    data = tmp_path / "valid.txt"
+    data.write_text("x")
+    monkeypatch.chdir(tmp_path)
+    check_out_dir(Path("runs") / "x", False, [Path("valid.txt")])
+    monkeypatch.chdir(tmp_path.parent)
+    with pytest.raises(BadInputError, match="inside the folder holding the input"):
+        check_out_dir(tmp_path / "runs", False, [data])
+    monkeypatch.chdir(tmp_path / ".." / tmp_path.name)
+    with pytest.raises(BadInputError, match="existing file"):
+        check_out_dir(Path("valid.txt"), True, [Path("valid.txt")], force=True)
 
 
 def test_atomic_dir_leaves_nothing_on_failure(tmp_path):
@@ -71,11 +88,11 @@ def test_out_dir_never_inside_the_zoo_or_hub_cache(tmp_path, monkeypatch):
     cached.mkdir(parents=True)
     (cached / "config.json").write_text("{}")
     for out in (cached, tmp_path / "zoo" / "other", tmp_path / "zoo"):
-        with pytest.raises(BadInputError, match="inside the cache"):
+        with pytest.raises(BadInputError, match="inside the (zoo|iclrkit) cache"):
             check_out_dir(out, True, ["zoo:gpt2-tiny"], force=True)
     from huggingface_hub import constants
 
-    with pytest.raises(BadInputError, match="inside the cache"):
+    with pytest.raises(BadInputError, match="inside the Hugging Face cache"):
         check_out_dir(Path(constants.HF_HUB_CACHE) / "models--org--name", True, ["org/name"], force=True)
     assert (cached / "config.json").exists()
 

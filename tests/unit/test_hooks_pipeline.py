@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,7 +85,7 @@ def test_pipeline_resumes_after_a_real_kill(tiny_llama_dir, tmp_path):
     script = tmp_path / "run.py"
     script.write_text(KILLED_RUN)
     ckpt = tmp_path / "ckpt"
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # the repository root
     killed = subprocess.run([sys.executable, script, tiny_llama_dir, ckpt, "kill"], capture_output=True, text=True,
                             env=env)
     assert killed.returncode == -9 and killed.stdout.split() == ["block", "0"]

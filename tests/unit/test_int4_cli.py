@@ -1,5 +1,5 @@
 """`compress bench` end to end (GEMMs + a packed model) and its bad-input exits, through a Typer app that holds
-only cli.compress_bench.bench (cli/compress.py wires the same function)."""
+only `compress bench` (cli.compress_bench.register, which cli/compress.py calls too)."""
 
 import json
 
@@ -8,13 +8,13 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from cli.compress_bench import bench
+from cli.compress_bench import register
 
 
 @pytest.fixture()
 def run_bench():
     app = typer.Typer()
-    app.command()(bench)
+    register(app)
     runner = CliRunner()
     return lambda args: runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
@@ -62,7 +62,7 @@ def test_bench_end_to_end_with_packed_model(run_bench, packed_dir, tmp_path):
 
 def test_bench_bad_inputs_exit_2(run_bench, tmp_path):
     missing = run_bench(["--model", tmp_path / "nope", "--out", tmp_path / "a"])
-    assert missing.exit_code == 2 and "not a packed iclrkit model" in (missing.stdout + missing.stderr)
+    assert missing.exit_code == 2 and "model path not found" in (missing.stdout + missing.stderr)
     bad_rows = run_bench(["--rows", 0, "--out", tmp_path / "b"])
     assert bad_rows.exit_code == 2
     bad_bits = run_bench(["--a-bits", 9, "--out", tmp_path / "c"])

@@ -16,7 +16,7 @@ class KhcConfig(BaseConfig):
 
     data: str = Field(description="Points: .csv (one row per point, optional header) or .npy (n x d).",
                       json_schema_extra={"short": "-d"})
-    k: int = Field(2, description="Number of hyperplanes (1 <= k <= n).", json_schema_extra={"flag": "--k",
+    k: int = Field(2, ge=1, description="Number of hyperplanes (1 <= k <= n).", json_schema_extra={"flag": "--k",
                                                                                             "short": "-k"})
     formulation: Formulation = Field("inf", description="plain (k-HC(2,1)) | inf (+||w||_inf >= 1/sqrt d) | one "
                                                         "(+||w||_1 >= 1) | multi (both).")
@@ -36,11 +36,11 @@ class KhcConfig(BaseConfig):
 class KhcGenerateConfig(BaseConfig):
     """`iclrkit cluster khc generate`: planted instance (paper §5 generator) with noise and outliers."""
 
-    n: int = Field(30, description="Number of points.", json_schema_extra={"flag": "--n", "short": "-n"})
-    d: int = Field(2, description="Dimension d.", json_schema_extra={"flag": "--dim"})
-    k: int = Field(3, description="Number of planted hyperplanes.", json_schema_extra={"flag": "--k", "short": "-k"})
-    noise: float = Field(0.003, description="Max noise variance along the normal (paper: 0.003); each plane draws "
+    n: int = Field(30, ge=1, description="Number of points.", json_schema_extra={"flag": "--n", "short": "-n"})
+    d: int = Field(2, ge=1, description="Dimension d.", json_schema_extra={"flag": "--dim"})
+    k: int = Field(3, ge=1, description="Number of planted hyperplanes.", json_schema_extra={"flag": "--k", "short": "-k"})
+    noise: float = Field(0.003, ge=0, description="Max noise variance along the normal (paper: 0.003); each plane draws "
                                             "U[0.7 noise, noise].")
-    outlier_fraction: float = Field(0.0, description="Share of points replaced by uniform outliers.",
+    outlier_fraction: float = Field(0.0, ge=0, lt=1, description="Share of points replaced by uniform outliers.",
                                     json_schema_extra={"flag": "--outliers"})
     format: Literal["csv", "npy"] = Field("csv", description="Point file format.")

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from toolkit.core.config import BaseConfig
-from toolkit.core.fields import data_field, model_field, onload_field
+from toolkit.core.fields import Count, data_field, model_field, onload_field
 from toolkit.core.registry import declare
 
 declare("compress", "toolkit.compress.methods")  # every module there registers its method(s)
@@ -46,7 +46,7 @@ class CompressConfig(BaseConfig):
     kv_quant: KvQuant = Field("token-sym", description="KV-cache quantizer: token-sym (QuaRot: symmetric, one scale "
                                                        "per token over all heads) | head-asym (asymmetric, per token "
                                                        "and head).")
-    sparsity: float = Field(0.0, description="Unstructured sparsity per output row, [0, 1).")
+    sparsity: float = Field(0.0, ge=0, lt=1, description="Unstructured sparsity per output row, [0, 1).")
     nm: str | None = Field(None, description="N:M structured sparsity, e.g. 2:4 or 4:8 (overrides --sparsity).")
     nsamples: int = Field(128, gt=0, description="Calibration windows.")
     seqlen: int = Field(2048, gt=1, description="Tokens per calibration window (capped at the model's context).")
@@ -220,7 +220,7 @@ class ObrConfig(MaskedConfig):
     a_bits: int = 4
     kv_bits: int = 4
     mask: Literal["wanda", "magnitude"] = "wanda"
-    alpha: float = Field(0.5, description="Share of input columns (by position) whose quantization error is "
+    alpha: float = Field(0.5, ge=0, le=1, description="Share of input columns (by position) whose quantization error is "
                                           "compensated in closed form, [0, 1].")
     mode: Literal["gptq", "rtn"] = Field("gptq", description="Final quantizer: gptq (OBR_GPTQ) | rtn (OBR_RTN).")
     # how the per-row systems H_RR x = b are solved: batched preconditioned conjugate gradients (one GEMM per
@@ -233,3 +233,35 @@ class ObrConfig(MaskedConfig):
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {value}")
         return value
+
+class BenchConfig(BaseConfig):
+    """`iclrkit compress bench`: the INT4 kernels (OBR, https://arxiv.org/abs/2509.11177; official repo csguoh/OBR)
+    against torch FP32. model: a `compress obr` packed directory (its `packed/` sub-folder also accepted), or
+    None to time the GEMMs only. The paper's claim is a CUTLASS A100 micro-benchmark; this is the CPU version.
+    (Declared here, torch-free, so the CLI builds `compress bench`'s options from it; run: int4_bench.run_bench.)"""
+
+    model: str | None = Field(None, description="Packed model directory from `compress obr` (omit to time the GEMMs "
+                                                "only).", json_schema_extra={"short": "-m"})
+    n: int = Field(4096, ge=1, description="GEMM output features.")
+    k: int = Field(4096, ge=1, description="GEMM input features.")
+    rows: list[Count] = Field(default_factory=lambda: [1, 32], description="Token counts m (repeatable).")
+    repeats: int = Field(10, ge=1, description="Interleaved timing rounds (best of).")
+    a_bits: int = Field(8, ge=2, le=16, description="Per-token activation bits (8 = W4A8, 4 = W4A4, 16 = W4A16 "
+                                                   "weight-only, model comparison only).")
+    prompt_tokens: int = Field(32, ge=1, description="Prefill length for the model comparison.")
+    new_tokens: int = Field(16, ge=1, description="Decoded tokens per model timing.")
+    model_repeats: int = Field(2, ge=1, description="Model timing rounds (best of).")
+
+    @field_validator("a_bits")
+    @classmethod
+    def _known_a_bits(cls, a_bits: int) -> int:
+        if 8 < a_bits < 16:
+            raise ValueError("a_bits must be 2..8 (W4A8/W4A4 integer kernels) or 16 (W4A16 weight-only)")
+        return a_bits
+
+    @field_validator("rows")
+    @classmethod
+    def _positive_rows(cls, rows: list[int]) -> list[int]:
+        if not rows or min(rows) < 1:
+            raise ValueError("rows must be a non-empty list of positive token counts")
+        return rows

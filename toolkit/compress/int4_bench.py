@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 
 import torch
-from pydantic import Field, field_validator
 
-from toolkit.core.config import BaseConfig
+from toolkit.compress.config import BenchConfig  # noqa: F401 - its config, declared torch-free
 from toolkit.core.errors import BadInputError
 from toolkit.ops.int4 import pack_24, pack_dense
 from toolkit.ops.packed_linear import PackedInt4Linear
@@ -133,37 +132,6 @@ def model_comparison(packed_dir: str | Path, prompt_len: int, new_tokens: int, r
             "new_tokens": new_tokens, "a_bits": a_bits,
             "linears_24": sparse,
             "linears": sum(isinstance(m, PackedInt4Linear) for m in packed.modules())}
-
-
-class BenchConfig(BaseConfig):
-    """`iclrkit compress bench`: the INT4 kernels (OBR, https://arxiv.org/abs/2509.11177; official repo csguoh/OBR)
-    against torch FP32. model: a `compress obr` packed directory (its `packed/` sub-folder also accepted), or
-    None to time the GEMMs only. The paper's claim is a CUTLASS A100 micro-benchmark; this is the CPU version."""
-
-    model: str | None = None
-    n: int = Field(4096, ge=1, description="GEMM output features")
-    k: int = Field(4096, ge=1, description="GEMM input features")
-    rows: list[int] = Field(default_factory=lambda: [1, 32], description="GEMM token counts m")
-    repeats: int = Field(10, ge=1, description="interleaved timing rounds (best of)")
-    a_bits: int = Field(8, ge=2, le=16, description="per-token activation bits (8 = W4A8, 4 = W4A4, 16 = W4A16 "
-                                                   "weight-only, model comparison only)")
-    prompt_tokens: int = Field(32, ge=1, description="prefill length for the model comparison")
-    new_tokens: int = Field(16, ge=1, description="decoded tokens per model timing")
-    model_repeats: int = Field(2, ge=1, description="model timing rounds (best of)")
-
-    @field_validator("a_bits")
-    @classmethod
-    def _known_a_bits(cls, a_bits: int) -> int:
-        if 8 < a_bits < 16:
-            raise ValueError("a_bits must be 2..8 (W4A8/W4A4 integer kernels) or 16 (W4A16 weight-only)")
-        return a_bits
-
-    @field_validator("rows")
-    @classmethod
-    def _positive_rows(cls, rows: list[int]) -> list[int]:
-        if not rows or min(rows) < 1:
-            raise ValueError("rows must be a non-empty list of positive token counts")
-        return rows
 
 
 def packed_directory(spec: str) -> Path:

@@ -166,7 +166,16 @@ def save_packed(view, tokenizer, out: Path, scales: dict[str, torch.Tensor], bit
     out.mkdir(parents=True, exist_ok=True)
     quantized, shapes, tensors = {}, {}, {}
     group_size = metadata.get("group_size")
-    for path, scale in scales.items():
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}  # the file does not depend on the order
+
+    def module_order(item):  # scales came in checkpoint order; fused experts ("...experts.down_proj[3]") by module
+        path = item[0]
+        module = path.split("[", 1)[0]
+        while module and module not in order:
+            module = module.rpartition(".")[0]
+        return order.get(module, len(order)), path
+
+    for path, scale in sorted(scales.items(), key=module_order):
         weight = view.weight(path)
         shapes[path] = list(weight.shape)
         packed = pack_linear(weight.detach().cpu(), scale.cpu(), bits, group_size if scale.dim() == 2 else None,
@@ -207,8 +216,15 @@ def read_packed(directory: Path) -> tuple[dict, dict[str, np.ndarray]]:
     if not path.is_file():
         raise BadInputError(f"{directory} is not a packed iclrkit model (no {WEIGHTS})")
     with safe_open(str(path), framework="numpy") as handle:
-        config = json.loads(handle.metadata()["quantization_config"])
+        stored = (handle.metadata() or {}).get("quantization_config")
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - safe_open is not a dict
+    if stored is None:  # a tool rewrote the file without its metadata: the directory's copy of the config serves
+        copy = Path(directory) / "quantization_config.json"
+        if not copy.is_file():
+            raise BadInputError(f"{path} has no quantization_config in its metadata and {copy.name} is missing",
+                                "re-export the model with `iclrkit compress ... --set export=packed`")
+        stored = copy.read_text()
+    config = json.loads(stored)
     if config.get("format") != FORMAT:
         raise BadInputError(f"unknown packed format {config.get('format')!r}")
     return config, tensors

@@ -14,7 +14,44 @@ C = TypeVar("C", bound="BaseConfig")
 
 
 class BaseConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    """Unknown keys are refused, and so is every non-finite float (inf, -inf, NaN) in any field, list or mapping:
+    no knob of the house means anything at infinity, and NaN compares false with every bound."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that redeclares a knob for a new default (`sparsity: float = 0.5`, or with its own help text)
+        keeps the knob's declaration from the base that made it: its bounds (ge/gt/le/lt), and, when it gives none
+        of its own, its description and flag. A new default never silently drops a range check."""
+        super().__pydantic_init_subclass__(**kwargs)
+        from pydantic.fields import FieldInfo
+
+        own = cls.__dict__.get("__annotations__", {})
+        changed = False
+        for name, field in cls.model_fields.items():
+            if name not in own or field.metadata:
+                continue
+            declared = next((base.model_fields[name] for base in cls.__mro__[1:]
+                             if name in getattr(base, "model_fields", {})
+                             and (base.model_fields[name].description or base.model_fields[name].metadata)), None)
+            if declared is None:
+                continue
+            bare = not (field.description or field.json_schema_extra)
+            if (declared.metadata and field.annotation == declared.annotation) or (bare and declared.description):
+                cls.model_fields[name] = FieldInfo.merge_field_infos(declared, field)
+                changed = True
+        if changed:
+            cls.model_rebuild(force=True)
+
+
+def flag_of(cls: type, name: str) -> str | None:
+    """The command-line flag of config field `name` (its `flag`, else --name-with-dashes), None for no such field."""
+    field = getattr(cls, "model_fields", {}).get(name)
+    if field is None:
+        return None
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    return extra.get("flag", "--" + name.replace("_", "-"))
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -87,9 +124,18 @@ def resolve_config(
     try:
         return cls(**layers)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()
+        first = errors[0]
         loc = ".".join(str(p) for p in first["loc"]) or "config"
         if first["type"] == "extra_forbidden":
             known = ", ".join(sorted(cls.model_fields))
             raise BadInputError(f"unknown config key '{loc}'", f"known keys: {known}") from None
-        raise BadInputError(f"invalid config value for '{loc}': {first['msg']}") from None
+        top = str(first["loc"][0]) if first["loc"] else ""
+        flag = flag_of(cls, top)
+        named = f"'{loc}'" + (f" ({flag})" if flag and top in (flags or {}) and flags[top] is not None else "")
+        shown = repr(first.get("input"))
+        given = (f", got {shown if len(shown) <= 60 else shown[:57] + '...'}"
+                 if first["type"] != "missing" and "input" in first and first["loc"] else "")
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        message = " ".join(str(first["msg"]).split())  # one line, whatever a validator wrote
+        raise BadInputError(f"invalid config value for {named}: {message}{given}{more}") from None

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from toolkit.core.errors import BadInputError, ResourceError
+from toolkit.core.outdir import (  # noqa: F401 - --out lives in outdir; imported from here by older code
+    CHECKPOINTS,
+    atomic_dir,
+    check_out_dir,
+    input_location,
+    is_iclrkit_output,
+    normalize_modes,
+    partial_dir_for,
+    protected_dirs,
+    remove_temporaries,
+)
 
 log = logging.getLogger("iclrkit")
-CHECKPOINTS = "checkpoints"
 # Warnings of the current run (silent clamps, defaults chosen for the user): printed once, recorded in run.json.
 RUN_WARNINGS: list[str] = []
 
@@ -84,121 +91,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def protected_dirs() -> list[Path]:
-    """Caches that --out must never point into: the zoo cache and the Hugging Face hub cache."""
-    from toolkit.core.paths import zoo_dir
-
-    dirs = [zoo_dir()]
-    try:
-        from huggingface_hub import constants
-
-        dirs.append(Path(constants.HF_HUB_CACHE))
-    except Exception:  # noqa: BLE001 - no huggingface_hub: nothing of it to protect
-        pass
-    return [d.expanduser().resolve() for d in dirs]
-
-
-def input_location(item: str | Path) -> Path | None:
-    """Where an input lives on disk: a path, zoo:NAME's cache directory, or a hub id's HF cache folder."""
-    text = str(item)
-    if text.startswith("zoo:"):
-        from toolkit.core.paths import zoo_cached_path
-
-        return zoo_cached_path(text[4:])
-    path = Path(text).expanduser()
-    if path.exists():
-        return path
-    parts = text.split("/")
-    if 1 <= len(parts) <= 2 and all(parts) and not text.startswith((".", "~")):
-        try:
-            from huggingface_hub import constants
-
-            return Path(constants.HF_HUB_CACHE) / ("models--" + "--".join(parts))
-        except Exception:  # noqa: BLE001
-            return None
-    return None
-
-
-def is_iclrkit_output(path: Path) -> bool:
-    return (path / "run.json").is_file()
-
-
-def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = (), force: bool = False) -> None:
-    """Refuse --out inside (or equal to) an input or a cache, a non-empty --out without --overwrite, and a non-empty
-    directory that is not an iclrkit output (no run.json) unless --overwrite --force."""
-    out = Path(out).expanduser().resolve()
-    for cache in protected_dirs():
-        if out == cache or cache in out.parents:
-            raise BadInputError(f"--out {out} is inside the cache {cache}; outputs never go into a cache",
-                                "choose a directory outside the cache")
-    for item in inputs:
-        path = input_location(item)
-        if path is None:
-            continue
-        src = path.resolve()
-        if out == src or src in out.parents:
-            raise BadInputError(f"--out {out} is inside the input {item}; outputs never go into an input's directory")
-        if out in src.parents:
-            raise BadInputError(f"--out {out} contains the input {item}; choose another directory")
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        return
-    if not overwrite:
-        raise BadInputError(f"--out {out} exists and is not empty", "pass --overwrite or choose another directory")
-    if not (out.is_dir() and is_iclrkit_output(out)) and not force:
-        raise BadInputError(f"--out {out} is not an iclrkit output (no run.json); --overwrite would delete it",
-                            "pass --overwrite --force to replace it anyway, or choose another directory")
-
-
-def partial_dir_for(out: Path) -> Path:
-    out = Path(out).resolve()
-    return out.parent / (out.name + ".partial")
-
-
-TEMPORARY_SUFFIXES = (".tmp", ".partial", ".part")
-
-
-def remove_temporaries(root: Path) -> None:
-    """Delete half-written files (`*.tmp`, `*.partial`, `*.part`) under `root`: a failed or full-disk write."""
-    for path in sorted(Path(root).rglob("*"), reverse=True):
-        if path.suffix in TEMPORARY_SUFFIXES:
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-
-
-def _has_checkpoint(partial: Path) -> bool:
-    checkpoints = partial / CHECKPOINTS
-    return checkpoints.is_dir() and any(p.is_file() for p in checkpoints.rglob("*"))
-
-
-@contextlib.contextmanager
-def atomic_dir(out: Path, overwrite: bool = False, resume: bool = False) -> Iterator[Path]:
-    """Build in `OUT.partial`, rename onto OUT only when the block succeeds.
-
-    Without --resume a stale `OUT.partial` is wiped first; with --resume it is reused. A failed run keeps it only
-    when it holds checkpoints (so --resume can continue); nothing half-written ever appears at OUT.
-    """
-    out = Path(out).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = partial_dir_for(out)
-    if partial.exists() and not resume:
-        shutil.rmtree(partial)
-    partial.mkdir(exist_ok=True)
-    try:
-        yield partial
-    except BaseException:
-        remove_temporaries(partial)
-        if _has_checkpoint(partial):
-            log.warning("partial results kept in %s; rerun the same command with --resume to continue", partial)
-        else:
-            shutil.rmtree(partial, ignore_errors=True)
-        raise
-    shutil.rmtree(partial / CHECKPOINTS, ignore_errors=True)
-    if out.exists():
-        if not overwrite:
-            raise BadInputError(f"--out {out} appeared while running; results stay in {partial}")
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
-    os.replace(partial, out)
 
 
 @dataclass

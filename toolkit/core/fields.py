@@ -5,7 +5,7 @@ techniques is spelled and documented the same way everywhere."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -22,6 +22,7 @@ def data_field(default: Any = None, description: str = DATA_HELP, **extra: Any) 
 
 
 def layers_field(description: str = "Block index (repeatable).", **extra: Any) -> Any:
+    """`layers: Optional[list[BlockIndex]] = layers_field(...)`: --layer, repeatable."""
     return Field(None, description=description, json_schema_extra={"flag": "--layer"}, **extra)
 
 
@@ -32,3 +33,17 @@ ONLOAD_HELP = ("Read one decoder block at a time from a local safetensors direct
 def onload_field(**extra: Any) -> Any:
     """`onload: bool = onload_field()`: per-block onloading (toolkit/models/lazy.py), `--set onload=true`."""
     return Field(False, description=ONLOAD_HELP, **extra)
+
+
+# Bounds on the items of a list knob (`layers: list[BlockIndex]`); a scalar knob declares its own (Field(ge=...)).
+# Every numeric knob a command offers declares its range: bounds (ge/gt/le/lt), a validator that refuses what is out
+# of range, or `signed()` when zero and negative values all mean something (a steering strength). The CLI's
+# bad-input matrix (tests/cli/test_bad_input_matrix.py) holds every registered command to this.
+BlockIndex = Annotated[int, Field(ge=0)]  # a block (layer) index, 0-based from the first block
+Count = Annotated[int, Field(ge=1)]
+
+
+def signed(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """json_schema_extra of a numeric knob whose every finite value means something, zero and negatives included
+    (`alpha: float = Field(1.0, description=..., json_schema_extra=signed())`)."""
+    return {**(extra or {}), "signed": True}

@@ -37,35 +37,58 @@ def environment() -> dict[str, Any]:
 
 
 def input_record(value: Any) -> dict[str, Any]:
-    """{"path", "sha256"} of an input; zoo:NAME is hashed from its cache directory (and names it as `resolved`)."""
+    """{"path", "sha256", "sha256_of"} of an input; zoo:NAME is hashed from its cache directory (named as `resolved`).
+
+    A file's sha256 is that of its bytes (what `sha256sum FILE` prints: the same bytes under two names hash the
+    same); a directory's is the sha256 of its manifest, `sha256sum` lines of its files sorted by path, which
+    `cd DIR && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum` reproduces."""
     text = str(value)
     if text.startswith("zoo:"):
         from toolkit.core.paths import zoo_cached_path
 
         resolved = zoo_cached_path(text[4:])
-        return {"path": text, "resolved": str(resolved), "sha256": sha256_of(resolved)}
+        return {"path": text, "resolved": str(resolved), **_digest_fields(resolved)}
     if isinstance(value, (str, Path)) and Path(value).exists():
-        return {"path": text, "sha256": sha256_of(value)}
+        return {"path": text, **_digest_fields(Path(value))}
     return {"path": text, "sha256": None}
 
 
+def _digest_fields(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {"sha256": None}
+    return {"sha256": sha256_of(path), "sha256_of": "manifest" if path.is_dir() else "bytes"}
+
+
+def _file_digest(file: Path, budget: list[int]) -> tuple[str, bool]:
+    """(sha256 of the file's bytes, complete?) reading at most budget[0] bytes, which it decrements."""
+    digest = hashlib.sha256()
+    with open(file, "rb") as handle:
+        while budget[0] > 0 and (chunk := handle.read(min(1 << 20, budget[0]))):
+            digest.update(chunk)
+            budget[0] -= len(chunk)
+        complete = not handle.read(1)
+    return digest.hexdigest(), complete
+
+
 def sha256_of(path: str | Path, limit_bytes: int = 1 << 30) -> str | None:
-    """Digest of a file, or of a directory's file names and contents (sorted); None for non-paths."""
+    """sha256 of a file's bytes, or of a directory's manifest (`HASH  ./relative/path` lines, sorted as byte
+    strings, as `sha256sum` writes them); None for non-paths. Past `limit_bytes` read, the digest covers what was
+    read and ends in `-partial`."""
     path = Path(path)
     if not path.exists():
         return None
-    digest = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    read = 0
-    for file in files:
-        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
-        with open(file, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-                read += len(chunk)
-                if read > limit_bytes:
-                    return digest.hexdigest() + "-partial"
-    return digest.hexdigest()
+    budget = [limit_bytes]
+    if not path.is_dir():
+        digest, complete = _file_digest(path, budget)
+        return digest if complete else digest + "-partial"
+    names = sorted("./" + p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+    manifest = hashlib.sha256()
+    for name in names:
+        digest, complete = _file_digest(path / name, budget)
+        if not complete:
+            return manifest.hexdigest() + "-partial"
+        manifest.update(f"{digest}  {name}\n".encode())
+    return manifest.hexdigest()
 
 
 def jsonable(value: Any) -> Any:

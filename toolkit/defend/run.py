@@ -23,13 +23,13 @@ class AttackConfig(BaseConfig):
     data: str = data_field(..., description="Labelled TSV (sentence|text, label) or JSONL (text, label).")
     encoder: str = Field("minilm", description="'minilm' (installed all-MiniLM-L6-v2) or a directory.")
     eval_data: Optional[str] = Field(None, description="Labelled test set for CACC and ASR.")
-    n_train: int = Field(4000, description="Training sentences sampled from --data.")
+    n_train: int = Field(4000, ge=1, description="Training sentences sampled from --data.")
     n_heldout: int = 500  # clean sentences held out from `data` (written to heldout.tsv for threshold calibration)
     min_words: int = 5  # SST-2 train is phrase-level: keep sentence-like rows
     trigger: str = Field("cf", description="Trigger word(s).")
-    poison_rate: float = Field(0.1, description="Share of the training set poisoned.")
+    poison_rate: float = Field(0.1, ge=0, le=1, description="Share of the training set poisoned.")
     target_label: int = 1
-    epochs: int = Field(2, description="Fine-tuning epochs.")
+    epochs: int = Field(2, ge=1, description="Fine-tuning epochs.")
     lr: float = 5e-5
     batch_size: int = 32
     max_length: int = 64
@@ -43,7 +43,7 @@ class BackdoorConfig(BaseConfig):
                        json_schema_extra={"short": "-m"})
     data: str = data_field(..., description="Texts to screen (TSV/JSONL; labels needed only for evaluation).")
     clean: str = Field(description="Held-out CLEAN texts (TSV/JSONL) for the threshold (never the test split).")
-    percentile: float = Field(95.0, description="Threshold percentile of clean scores.")
+    percentile: float = Field(95.0, ge=0, le=100, description="Threshold percentile of clean scores.")
     max_length: int = 256
     # "padded" (official code): every text is padded to one common length and the padding query rows are counted in
     # the attention each token receives; "real": only the real tokens' rows are counted.

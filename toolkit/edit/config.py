@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from toolkit.core.config import BaseConfig
-from toolkit.core.fields import data_field, onload_field
+from toolkit.core.fields import BlockIndex, data_field, onload_field
 from toolkit.core.registry import declare
 
 declare("edit", "toolkit.edit.methods")  # every module there registers its method(s)
@@ -30,12 +30,12 @@ class MemitConfig(BaseConfig):
                                    "model_name).", json_schema_extra={"short": "-m"})
     data: str = data_field(..., description="Facts: CounterFact/zsRE .json (ROME or EasyEdit schema) or .jsonl "
                                             "{prompt, subject, target_new}.")
-    n_edits: int | None = Field(None, description="Edit the first N facts (default: all).",
+    n_edits: int | None = Field(None, ge=1, description="Edit the first N facts (default: all).",
                                 json_schema_extra={"short": "-n"})
     # None: [3, 4] with >= 8 blocks, else the middle two
-    layers: list[int] | None = Field(None, description="Edit layers, e.g. 3,4.",
+    layers: list[BlockIndex] | None = Field(None, description="Edit layers, e.g. 3,4.",
                                      json_schema_extra={"style": "comma"})
-    mom2_update_weight: float = Field(15000.0, description="λ of the covariance term (λC + KKᵀ).",
+    mom2_update_weight: float = Field(15000.0, ge=0, description="λ of the covariance term (λC + KKᵀ).",
                                       json_schema_extra={"flag": "--mom2-weight"})
     cov_data: str = Field("embedded", description="Text for the key covariance C = E[kkᵀ]: .txt, .jsonl[:field], "
                                                   "embedded, hub id.")
@@ -47,7 +47,7 @@ class MemitConfig(BaseConfig):
     onload: bool = onload_field()
     context_prefixes: int = 10  # model-generated prefixes added to the bare "{}" template
     prefix_tokens: int = 10
-    v_num_grad_steps: int = Field(25, description="Value optimisation steps per fact.",
+    v_num_grad_steps: int = Field(25, ge=1, description="Value optimisation steps per fact.",
                                   json_schema_extra={"flag": "--steps"})
     v_lr: float = 0.5
     kl_factor: float = 0.0625  # KL on "{subject} is a" keeps the subject's essence
@@ -56,7 +56,7 @@ class MemitConfig(BaseConfig):
     clamp: Literal["h", "ks"] = "h"  # project ‖δ‖ ≤ clamp_factor·‖h‖ (MEMIT) or ·‖k‖ (EAMET fix_ks)
     clamp_factor: float = 0.75
     early_stop_loss: float = 5e-2  # a request stops once its loss is below this
-    batch_size: int | None = Field(None, description="Sequential batched editing: facts per update (default: all "
+    batch_size: int | None = Field(None, ge=1, description="Sequential batched editing: facts per update (default: all "
                                                      "in one update).")
     opt_batch: int = 32  # MEMIT: requests whose δ are optimised together (EAMET: one at a time, see optimise_values)
     eval_batch: int = 64
@@ -90,9 +90,9 @@ class EametConfig(MemitConfig):
     clamp_factor: float = 2.0  # clamp_ks_factor
     v_weight_decay: float = 0.0  # norm_factor = 0: only the projection bounds ‖δ‖
     early_stop_loss: float = 1e-2
-    cs_factor: float = Field(2.0, description="Weight of KL(P_k ‖ P_r) (cs_factor).",
+    cs_factor: float = Field(2.0, ge=0, description="Weight of KL(P_k ‖ P_r) (cs_factor).",
                              json_schema_extra={"flag": "--align-kl"})
-    mse_factor: float = Field(8.0, description="Weight of the top-M weighted MSE (mse_factor).",
+    mse_factor: float = Field(8.0, ge=0, description="Weight of the top-M weighted MSE (mse_factor).",
                               json_schema_extra={"flag": "--align-mse"})
-    tau: float = Field(0.07, description="Softmax temperature of the similarities.")
-    top_m: int = Field(50, description="Key neighbours in the weighted MSE.")
+    tau: float = Field(0.07, gt=0, description="Softmax temperature of the similarities.")
+    top_m: int = Field(50, ge=1, description="Key neighbours in the weighted MSE.")

@@ -74,8 +74,18 @@ def _cached(fingerprint: str, layers: list[int], text: str, n_tokens: int, seqle
     text_sha = hashlib.sha256(text.encode()).hexdigest()[:16]
     base = f"{fingerprint}-{text_sha}-{n_tokens}-{seqlen}"
     files = {l: cache / f"cov-{base}-layer{l}.pt" for l in layers}
-    covs = {l: torch.load(f, weights_only=True) for l, f in files.items() if f.is_file()}
+    covs = {l: _load_cached(f) for l, f in files.items() if f.is_file()}
     return files, covs, [l for l in layers if l not in covs]
+
+
+def _load_cached(file: Path):
+    """A cached covariance; a truncated or hostile file is one line naming it (exit 2), never torch's message."""
+    from toolkit.core.errors import corrupt_file
+
+    try:
+        return torch.load(file, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises several types for a damaged file
+        raise corrupt_file(file, exc, "cached covariance", "delete it: it is recomputed") from None
 
 
 def _windows(tokenizer, text: str, n_tokens: int, seqlen: int) -> torch.Tensor:

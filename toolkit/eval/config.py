@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.fields import data_field, model_field, onload_field
@@ -15,12 +15,19 @@ class PerplexityConfig(BaseConfig):
 
     model: str = model_field()
     data: Optional[str] = data_field()
-    max_length: int = Field(512, description="Window length in tokens.")
-    stride: Optional[int] = Field(None, description="Stride between windows (default: max length).")
-    max_windows: Optional[int] = Field(None, description="Score only the first N windows.")
+    max_length: int = Field(512, gt=1, description="Window length in tokens.")
+    stride: Optional[int] = Field(None, ge=1, description="Stride between windows (default: max length).")
+    max_windows: Optional[int] = Field(None, ge=1, description="Score only the first N windows.")
     split: Optional[Literal["train", "test"]] = Field(None, description="The zoo's 95/5 paragraph split of the data "
                                                                         "(seed 0).")
     onload: bool = onload_field()
+
+    @model_validator(mode="after")
+    def _stride_within_window(self) -> "PerplexityConfig":
+        if self.stride is not None and self.stride > self.max_length:
+            raise ValueError(f"--stride {self.stride} is longer than --max-length {self.max_length}: tokens between "
+                             "windows would never be scored")
+        return self
 
 
 class TasksConfig(BaseConfig):

@@ -18,22 +18,35 @@ def run_perplexity(config: PerplexityConfig, ctx) -> dict:
         text = split_text(text, test_fraction=0.05, seed=0)[config.split == "test"]
     ids = tokenize(tokenizer, text)
     bos = bos_id(tokenizer)  # the tokenizer's convention: windows start with BOS where it adds one
-    max_length = min(config.max_length, _context(model.config, config.max_length))
-    if max_length < config.max_length:  # a silent clamp otherwise: say it, and run.json records it under warnings
-        ctx.warn(f"--max-length {config.max_length} clamped to {max_length}, the model's context length")
+    max_length, stride = clamp_windows(config.max_length, config.stride, _context(model.config, config.max_length),
+                                       ctx.warn)
     if lazy is not None:
         from toolkit.eval.onloaded import perplexity_onloaded
 
-        result = perplexity_onloaded(lazy, ids, max_length=max_length, stride=config.stride, device=ctx.device,
+        result = perplexity_onloaded(lazy, ids, max_length=max_length, stride=stride, device=ctx.device,
                                      max_windows=config.max_windows, progress=ctx.progress, bos=bos)
         result["onload"] = True
     else:
-        result = perplexity(model, ids, max_length=max_length, stride=config.stride, device=ctx.device,
+        result = perplexity(model, ids, max_length=max_length, stride=stride, device=ctx.device,
                             max_windows=config.max_windows, progress=ctx.progress, bos=bos)
     ctx.inputs["model"] = config.model
     result["bos"] = bos is not None
     ctx.metrics.update(result)
     return result
+
+
+def clamp_windows(max_length: int, stride: int | None, context: int, warn) -> tuple[int, int | None]:
+    """(window length, stride) for a model of `context` tokens: a longer --max-length is clamped to the context and
+    a given --stride scaled with it (the same share of each window is new tokens, e.g. 1024/512 -> 256/128 on a
+    256-token model); each clamp is said (and recorded in run.json's warnings), never silent."""
+    if max_length <= context:
+        return max_length, stride
+    warn(f"--max-length {max_length} clamped to {context}, the model's context length")
+    if stride is None:
+        return context, None
+    scaled = max(1, min(context, stride * context // max_length))
+    warn(f"--stride {stride} scaled to {scaled} with it (the same stride/max-length ratio)")
+    return context, scaled
 
 
 def _load(config: PerplexityConfig, ctx):

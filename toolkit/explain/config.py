@@ -31,8 +31,8 @@ class FormalConfig(BaseConfig):
                        json_schema_extra={"short": "-m"})
     data: str = Field("digits", description="Images: digits[:test|:train] (scikit-learn's bundled set), .npy, or .npz "
                                             "with x (and y), values in [0, 1].", json_schema_extra={"short": "-d"})
-    epsilon: float = Field(0.05, description="L-inf radius of the perturbation box (clipped to [0, 1]).")
-    n_samples: int = Field(100, description="Images to explain (the first qualifying ones).",
+    epsilon: float = Field(0.05, gt=0, description="L-inf radius of the perturbation box (clipped to [0, 1]).")
+    n_samples: int = Field(100, ge=1, description="Images to explain (the first qualifying ones).",
                            json_schema_extra={"short": "-n"})
     start: int = Field(0, description="First image index considered.")
     skip_robust: bool = Field(True, description="Skip images whose label is certified on the full box (empty "
@@ -94,7 +94,7 @@ class CaveConfig(BaseConfig):
     feature_dim: int = 32  # backbone feature channels d
     width: int = 32  # channels of the first conv layer (the next two have 2x)
     n_vertices: int = 200  # NOV vertices per class on the ellipsoid
-    concepts_per_class: int = Field(8, description="D: K-means concepts per class.",
+    concepts_per_class: int = Field(8, ge=1, description="D: K-means concepts per class.",
                                     json_schema_extra={"flag": "--concepts"})
     background_concepts: int = 8  # K-means centres of the clutter queue that compete with the concepts
     temperature: float = 0.07
@@ -111,7 +111,7 @@ class CaveConfig(BaseConfig):
     explanation: Literal["lrp", "gaussian"] = "lrp"
     lrp_top_rule: Literal["epsilon", "zplus"] = "epsilon"  # rule of the last conv; zbox at the pixels, zplus between
     relevance_sigma_px: float = 7.0  # gaussian: Gaussian of the ~29 px receptive field / 4
-    epochs: int = Field(40, description="NOVUM training epochs.")
+    epochs: int = Field(40, ge=1, description="NOVUM training epochs.")
     batch_size: int = 32
     lr: float = 1e-3
     baselines: bool = Field(True, description="Also train and score the 2D CNN baselines (NMF (CRAFT-lite) "

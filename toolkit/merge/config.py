@@ -8,7 +8,7 @@ the last block, linearly between; tensors outside the blocks take the first valu
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -30,8 +30,13 @@ def models_field(what: str) -> Any:
                  json_schema_extra={"flag": "--model", "short": "-m", "aliases": ["--models"]})
 
 
-def weights_field(description: str) -> Any:
-    return Field(None, description=description, json_schema_extra={"style": "comma"})
+def weights_field(description: str, signed: bool = False) -> Any:
+    """Comma-separated per-model weights: `list[Weight]` (>= 0), or any finite value with signed=True."""
+    return Field(None, description=description, json_schema_extra={"style": "comma", **({"signed": True} if signed
+                                                                                       else {})})
+
+
+Weight = Annotated[float, Field(ge=0)]  # a merge weight of one model
 
 
 class StreamingFields(BaseConfig):
@@ -208,7 +213,7 @@ class PaddedConfig(BaseConfig):
     models: list[str] = models_field("Models to merge (may differ in width and depth)")
     target: str | None = Field(None, description="Model whose shapes the merge takes (default: the deepest, "
                                                      "then largest).")
-    weights: list[float] | None = weights_field("Merge weight per model; default uniform.")
+    weights: list[Weight] | None = weights_field("Merge weight per model; default uniform.")
     align: bool = Field(False, description="Weight-match MLP units / CNN channels (widen GPT-2) first.")
     fill: Literal["zero", "duplicate"] = Field("zero", description="With align, spare units of a widened MLP/CNN: "
                                                "zero units or copies of matched units.")
@@ -254,7 +259,7 @@ class LatentMergeConfig(BaseConfig):
 
     models: list[str] = models_field("Models to merge")
     vae: str = Field(..., description="VAE directory written by `iclrkit merge latent train`.")
-    weights: list[float] | None = weights_field("Interpolation weight per model (λ); default uniform.")
+    weights: list[float] | None = weights_field("Interpolation weight per model (λ); default uniform.", signed=True)
     interpolation: Literal["linear", "slerp"] = Field("linear", description="slerp needs exactly two models.")
     code: Literal["compact", "full"] = Field("compact", description="Stage-2 compact code or the stage-1 code.")
     target: str | None = Field(None, description="Layout to decode into (default: the VAE's training target, "

@@ -160,15 +160,21 @@ def _unique(signatures: list[list]) -> list[list]:
 def _resume_state(ctx) -> dict | None:
     path = ctx.checkpoint_dir / CKPT
     if ctx.resume and path.is_file():
-        return torch.load(path, weights_only=True)
+        from toolkit.core.errors import reading_checkpoint
+
+        with reading_checkpoint(path):
+            return torch.load(path, weights_only=True)
     return None
 
 
-def _checkpoint(ctx, stage: int, step: int, model: WeightVAE, optimizer, recon: dict) -> None:
-    """Where to continue: (stage, step); a finished stage is saved as (stage + 1, 0) with no optimiser state."""
+def _checkpoint(ctx, stage: int, step: int, model: WeightVAE, optimizer, recon: dict,
+                generator: torch.Generator | None = None) -> None:
+    """Where to continue: (stage, step); a finished stage is saved as (stage + 1, 0) with no optimiser state. The
+    batch generator's and torch's RNG states (the VAE's sampling) make a resumed stage bit-identical."""
     torch.save({"stage": stage, "step": step, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict() if optimizer is not None else None, "recon": recon},
-               ctx.checkpoint_dir / CKPT)
+                "optimizer": optimizer.state_dict() if optimizer is not None else None, "recon": recon,
+                "generator": generator.get_state() if generator is not None else None,
+                "torch_rng": torch.get_rng_state()}, ctx.checkpoint_dir / CKPT)
 
 
 def _train_stage(model: WeightVAE, data: dict, stage: int, steps: int, config: LatentTrainConfig,
@@ -180,6 +186,10 @@ def _train_stage(model: WeightVAE, data: dict, stage: int, steps: int, config: L
         optimizer.load_state_dict(state["optimizer"])
         start = int(state["step"])
     generator = torch.Generator().manual_seed(ctx.seed * 1000 + stage + start)
+    if state and state.get("torch_rng") is not None:  # checkpoints written before it: the old, inexact resume
+        torch.set_rng_state(state["torch_rng"])
+    if state and state.get("generator") is not None:
+        generator.set_state(state["generator"])
     n = data["x"].shape[0]
     warmup = min(config.warmup_steps, max(1, steps // 4))
 
@@ -197,7 +207,7 @@ def _train_stage(model: WeightVAE, data: dict, stage: int, steps: int, config: L
 
     def after(step: int, _loss, _record) -> None:
         if (step + 1) % config.checkpoint_every == 0 and step + 1 < steps:
-            _checkpoint(ctx, stage, step + 1, model, optimizer, recon)
+            _checkpoint(ctx, stage, step + 1, model, optimizer, recon, generator)
 
     model.train()
     fit(optimizer, batches(), loss_of, start=start, clip=(params, config.gradient_clip), on_step=after,

@@ -31,7 +31,13 @@ def resolve_model_path(spec: str) -> Path | str:
         return ensure_built(spec[4:])
     path = Path(spec).expanduser()
     if path.exists():
-        if path.is_dir() and not (path / "config.json").exists() and not any(path.glob("*.gguf")):
+        from toolkit.models.gguf import checkpoint_for, gguf_file
+
+        gguf = gguf_file(path)
+        if gguf is not None:  # converted once into iclrkit's cache, then read like any checkpoint directory
+            _quiet_transformers()
+            return checkpoint_for(gguf)
+        if path.is_dir() and not (path / "config.json").exists():
             raise BadInputError(f"model directory {path} has no config.json")
         return path
     if looks_like_path(spec):
@@ -67,26 +73,33 @@ def _check_hub_reachable(spec: str, timeout_s: float = 5.0) -> None:
                             f"'{spec}' is not cached", "check the network, or pass a local path or zoo:NAME") from None
 
 
-def check_safetensors(directory: Path) -> None:
-    """Every *.safetensors file under a model directory has a readable header and the size it declares (exit 2)."""
+def safetensors_problem(file: Path) -> str | None:
+    """Why a .safetensors file cannot be read (unreadable header, or not the size its header declares), else None.
+    Reads the header only: cheap enough to check every shard (or checkpoint) before anything is loaded."""
     import json
     import struct
 
+    size = file.stat().st_size
+    try:
+        with open(file, "rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if length > size - 8:
+                raise ValueError("header longer than the file")
+            header = json.loads(handle.read(length))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (struct.error, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, AttributeError) as exc:
+        return f"unreadable header ({exc})"
+    if 8 + length + end != size:
+        return f"{size} bytes, the header needs {8 + length + end} (truncated?)"
+    return None
+
+
+def check_safetensors(directory: Path) -> None:
+    """Every *.safetensors file under a model directory has a readable header and the size it declares (exit 2)."""
     for file in sorted(Path(directory).glob("*.safetensors")):
-        size = file.stat().st_size
-        try:
-            with open(file, "rb") as handle:
-                (length,) = struct.unpack("<Q", handle.read(8))
-                if length > size - 8:
-                    raise ValueError("header longer than the file")
-                header = json.loads(handle.read(length))
-            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-        except (struct.error, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as exc:
-            raise BadInputError(f"corrupt safetensors file {file}: unreadable header ({exc})",
-                                "re-download or re-save the model") from None
-        if 8 + length + end != size:
-            raise BadInputError(f"corrupt safetensors file {file}: {size} bytes, the header needs {8 + length + end}"
-                                " (truncated?)", "re-download or re-save the model")
+        problem = safetensors_problem(file)
+        if problem is not None:
+            raise BadInputError(f"corrupt safetensors file {file}: {problem}", "re-download or re-save the model")
 
 
 ENCODER_TYPES = {"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",

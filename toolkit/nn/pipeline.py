@@ -209,20 +209,42 @@ def _save_progress(directory: Path, index: int, block: nn.Module, inputs: list[t
 
 
 def _load_progress(directory: Path, fingerprint: str) -> dict | None:
+    from toolkit.core.errors import reading_checkpoint
+
     path = directory / "progress.json"
     if not path.exists():
         return None
-    state = json.loads(path.read_text())
+    with reading_checkpoint(path):
+        state = json.loads(path.read_text())
+        done = int(state["done"])
     if state.get("fingerprint") != fingerprint:
         raise BadInputError(f"checkpoints in {directory} belong to another run (model/config differ)",
                             "drop --resume to start afresh")
+    _check_checkpoints(directory, done)
+    log.warning("--resume: blocks 0..%d restored from %s; continuing at block %d", done, directory, done + 1)
     return state
+
+
+def _check_checkpoints(directory: Path, done: int) -> None:
+    """Every block file up to `done`, the saved inputs and any other *.safetensors there (a method's per-block
+    scales) exist with a whole header, before anything is restored: a damaged one is named now, as bad input."""
+    from toolkit.core.errors import RESUME_HINT
+    from toolkit.models.source import safetensors_problem
+
+    needed = [directory / f"block_{i}.safetensors" for i in range(done + 1)] + [directory / "inputs.safetensors"]
+    for file in sorted({*needed, *directory.glob("*.safetensors")}):
+        problem = "missing" if not file.is_file() else safetensors_problem(file)
+        if problem is not None:
+            raise BadInputError(f"corrupt checkpoint {file}: {problem}", RESUME_HINT)
 
 
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    return load_file(str(path))
+    from toolkit.core.errors import reading_checkpoint
+
+    with reading_checkpoint(path):
+        return load_file(str(path))
 
 
 # -- onloaded pipeline: one block in memory at a time, read from the safetensors shards -----------------------------

@@ -24,11 +24,11 @@ class RemoveLNConfig(BaseConfig):
     data: str | None = data_field(description="Training text: .txt, .jsonl[:field], 'embedded', or a hub dataset "
                                               "id.")
     eval_data: str | None = Field(None, description="Text for CE (default: 5% held out of --data, by paragraph).")
-    steps: int = Field(300, description="Optimizer steps (paper: 300 for GPT-2 small).")
-    batch_size: int = Field(8, description="Sequences per micro-batch.")
-    grad_accum: int = Field(1, description="Micro-batches per optimizer step.")
-    seqlen: int | None = Field(None, description="Tokens per sequence (default min(1024, n_positions)).")
-    lr: float = Field(6e-4, description="Peak learning rate of cosine_with_min_lr (paper 6e-4).")
+    steps: int = Field(300, ge=1, description="Optimizer steps (paper: 300 for GPT-2 small).")
+    batch_size: int = Field(8, ge=1, description="Sequences per micro-batch.")
+    grad_accum: int = Field(1, ge=1, description="Micro-batches per optimizer step.")
+    seqlen: int | None = Field(None, gt=1, description="Tokens per sequence (default min(1024, n_positions)).")
+    lr: float = Field(6e-4, gt=0, description="Peak learning rate of cosine_with_min_lr (paper 6e-4).")
     min_lr: float = 3e-4  # final LR (official 3e-4)
     warmup_fraction: float = 20 / 300  # warmup steps / steps (official 20 of 300)
     weight_decay: float = 0.01
@@ -61,8 +61,8 @@ class AnalyzeConfig(BaseConfig):
     reference: str | None = Field(None, description="Compare with this model (e.g. the original): its CE and DLA "
                                                      "error are reported beside.")
     data: str | None = data_field(description="Text for CE and DLA.")
-    seqlen: int | None = Field(None, description="Tokens per window (default min(128, n_positions)).")
-    windows: int = Field(16, description="Windows for DLA.")
+    seqlen: int | None = Field(None, gt=1, description="Tokens per window (default min(128, n_positions)).")
+    windows: int = Field(16, ge=1, description="Windows for DLA.")
     eval_windows: int | None = 200  # CE on at most this many windows
     top: int = 10  # components listed by mean |DLA| on the correct next token
     onload: bool = onload_field()  # DLA and CE block by block (remove_ln/analyze.py analyze_onloaded)

@@ -261,7 +261,8 @@ def _save(model, optimizer, scheduler, generator, ctx, phase, fingerprint, step)
     path = _checkpoint_path(ctx, phase)
     torch.save({"fingerprint": fingerprint, "step": step, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "generator": generator.get_state()}, path.with_suffix(".tmp"))
+                "generator": generator.get_state(), "torch_rng": torch.get_rng_state()},  # dropout draws from it
+               path.with_suffix(".tmp"))
     os.replace(path.with_suffix(".tmp"), path)
 
 
@@ -272,16 +273,25 @@ def _resume(model, optimizer, scheduler, generator, ctx, phase, fingerprint) -> 
     path = _checkpoint_path(ctx, phase)
     if not path.is_file():
         return 0
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if state["fingerprint"]["model"] != fingerprint["model"]:
+    from toolkit.core.errors import reading_checkpoint
+
+    with reading_checkpoint(path):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        made_for = state["fingerprint"]["model"], state["fingerprint"]["recipe"]
+    if made_for[0] != fingerprint["model"]:
         raise BadInputError(f"checkpoint {path} was made for another model; refusing to resume",
                             "rerun without --resume (or with the model it was made for)")
-    if state["fingerprint"]["recipe"] != fingerprint["recipe"]:
+    if made_for[1] != fingerprint["recipe"]:
         raise BadInputError(f"checkpoint {path} was made with different training settings; refusing to resume")
+    with reading_checkpoint(path):
+        for key in ("step", "model", "optimizer", "scheduler", "generator"):
+            state[key]  # a checkpoint without one of them is as corrupt as a truncated one
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     generator.set_state(state["generator"])
+    if "torch_rng" in state:  # so dropout draws what the uninterrupted run drew: --resume is bit-identical
+        torch.set_rng_state(state["torch_rng"])
     log.warning("%s: resumed at step %d from %s", phase, state["step"], path)
     return state["step"]
 

@@ -62,9 +62,9 @@ class MBUNetTrainConfig(BaseConfig):
             raise ValueError(f"size {self.size} must be a multiple of 2^depth = {2**self.depth}")
         masks = self.mask_candidates + [self.mask_ratio] + list((self.mask_ratios or {}).values())
         if self.mask_rule == "ratio" and any(not 0 <= r < 1 for r in masks):
-            raise ValueError("mask ratios must lie in [0, 1)")
+            raise ValueError("mask ratios (mask_ratio, mask_candidates, mask_ratios) must lie in [0, 1)")
         if self.mask_rule == "threshold" and any(not 0 <= r < 3 for r in masks):
-            raise ValueError("TWN threshold factors must lie in [0, 3)")
+            raise ValueError("TWN threshold factors (mask_ratio, mask_candidates, mask_ratios) must lie in [0, 3)")
         if self.learnable and not self.shortcut:
             raise ValueError("learnable (RSign/RPReLU) needs shortcut")
         return self

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 
 from toolkit.core.config import BaseConfig
 from toolkit.core.errors import BadInputError, require
-from toolkit.core.fields import data_field, layers_field, model_field, onload_field
+from toolkit.core.fields import BlockIndex, data_field, layers_field, model_field, onload_field, signed
 from toolkit.core.records import JsonlWriter
 from toolkit.core.registry import registry
 
@@ -38,7 +38,7 @@ class SteerConfig(BaseConfig):
     data: str = data_field(..., description="JSONL; a record with both `undesired` and `neutral` is a "
                                             "topic-matched pair.")
     method: Method = "pcms"
-    layers: Optional[list[int]] = layers_field("Block index (repeatable; default: the middle block).")
+    layers: Optional[list[BlockIndex]] = layers_field("Block index (repeatable; default: the middle block).")
     position: Position = Field("last", description="Read activations at the 'last' token or the 'mean'.")
     pair_index: int = 0  # ILCS: which pair gives the single-instance direction
     split_repeats: int = 20  # random halvings averaged in the split-half cosine
@@ -56,13 +56,13 @@ class GenerateConfig(BaseConfig):
                                   json_schema_extra={"flag": "--direction"})
     prompts: list[str] = Field([], description="Prompt text (repeatable).", json_schema_extra={"flag": "--prompt"})
     data: Optional[str] = data_field(description="JSONL with a `prompt` field, added to the prompts.")
-    alpha: float = Field(1.0, description="Steering strength.")
+    alpha: float = Field(1.0, description="Steering strength.", json_schema_extra=signed())
     operator: Operator = Field("add", description="add (h - alpha*v) | ablate (remove the projection) | clip "
                                                   "(remove only the excess over --set clip_threshold=T).")
     clip_threshold: float = 0.0  # clip only: the projection level above which h is shrunk
-    layers: Optional[list[int]] = layers_field("Block index (repeatable; default: every layer stored in the "
+    layers: Optional[list[BlockIndex]] = layers_field("Block index (repeatable; default: every layer stored in the "
                                                "direction files).")
-    max_new_tokens: int = Field(40, description="Tokens to generate.")
+    max_new_tokens: int = Field(40, ge=1, description="Tokens to generate.")
     batch_size: int = 16
 
 
@@ -79,13 +79,13 @@ class SweepConfig(BaseConfig):
     ppl_tokens: int = 2048
     methods: list[Method] = Field(["pcms", "ums", "ilcs"], description="Estimator (repeatable).",
                                   json_schema_extra={"flag": "--method"})
-    layers: Optional[list[int]] = layers_field("Block index (repeatable; default: 3 blocks spread over the middle "
+    layers: Optional[list[BlockIndex]] = layers_field("Block index (repeatable; default: 3 blocks spread over the middle "
                                                "third).")
     # Extra settings that steer several layers at once, each with its own direction estimated at that layer and the
     # same alpha (rows get layer "12+15"). Beyond the paper, which gives no layer: an option, not the default.
     layer_groups: list[list[int]] = []
     alphas: list[float] = Field([0.5, 1.0, 2.0, 4.0], description="Strength (repeatable).",
-                                json_schema_extra={"flag": "--alpha"})
+                                json_schema_extra=signed({"flag": "--alpha"}))
     operator: Operator = Field("add", description="How the direction is applied.")
     position: Position = "last"
     unit_norm: bool = False  # scale v to length 1 (alpha in activation units) instead of the raw mean shift

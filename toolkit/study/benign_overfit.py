@@ -14,23 +14,24 @@ full-batch gradient descent on the exponential (or logistic) loss from an initia
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from toolkit.core.config import BaseConfig
+from toolkit.core.fields import Count
 from toolkit.core.records import write_json
 
 
 class BenignOverfitConfig(BaseConfig):
     """Grid of (n, d, ‖μ‖); every point trains one network per repeat and measures train/test error."""
 
-    n_values: list[int] = Field([50], min_length=1, description="Training-set sizes n.",
+    n_values: list[Annotated[int, Field(ge=2)]] = Field([50], min_length=1, description="Training-set sizes n.",
                                 json_schema_extra={"flag": "--n", "style": "comma"})
-    d_values: list[int] = Field([50, 200, 1000, 3000], min_length=1, description="Dimensions d.",
+    d_values: list[Count] = Field([50, 200, 1000, 3000], min_length=1, description="Dimensions d.",
                                 json_schema_extra={"flag": "--d", "style": "comma"})
-    mu_norms: list[float] = Field([1.0, 2.0, 3.0], min_length=1, description="Signal strengths ‖μ‖.",
+    mu_norms: list[Annotated[float, Field(gt=0)]] = Field([1.0, 2.0, 3.0], min_length=1, description="Signal strengths ‖μ‖.",
                                   json_schema_extra={"flag": "--mu", "style": "comma"})
     width: int = Field(10, ge=2, description="Hidden width m (even: half the a_j are +1/√m, half −1/√m).")
     leak: float = Field(0.1, gt=0, lt=1, description="Leaky-ReLU slope γ.")

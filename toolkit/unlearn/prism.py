@@ -165,9 +165,12 @@ def _stage_probe(config: PrismConfig, ctx, model, corpus: Corpus, layer: int):
     """Train the probe once (saved in the checkpoint dir so --resume reuses it) on the layer stage 2 reads."""
     saved = ctx.checkpoint_dir / "probe.pt" if ctx.out is not None else None
     if saved is not None and ctx.resume and saved.exists():
-        state = torch.load(saved, weights_only=True)
-        probe = make_probe(state["width"], tuple(state["hidden"]))
-        probe.load_state_dict(state["weights"])
+        from toolkit.core.errors import reading_checkpoint
+
+        with reading_checkpoint(saved):
+            state = torch.load(saved, weights_only=True)
+            probe = make_probe(state["width"], tuple(state["hidden"]))
+            probe.load_state_dict(state["weights"])
         return probe.eval().requires_grad_(False).to(ctx.device), state["layer"], state["stats"]
     forget = pooled_features(model, corpus, corpus.forget, layer, ctx.device)
     retain = pooled_features(model, corpus, corpus.retain, layer, ctx.device)

@@ -163,9 +163,13 @@ def _checkpoint(accelerator, ctx, next_step: int) -> None:
 def _resume(accelerator, ctx) -> int:
     if not ctx.resume or ctx.out is None or not (ctx.checkpoint_dir / "step.json").exists():
         return 0
-    accelerator.load_state(str(ctx.checkpoint_dir / STATE))
-    start = json.loads((ctx.checkpoint_dir / "step.json").read_text())["next_step"]
-    log.info("resumed at step %d", start)
+    from toolkit.core.errors import reading_checkpoint
+
+    with reading_checkpoint(ctx.checkpoint_dir / "step.json"):
+        start = int(json.loads((ctx.checkpoint_dir / "step.json").read_text())["next_step"])
+    with reading_checkpoint(ctx.checkpoint_dir / STATE):
+        accelerator.load_state(str(ctx.checkpoint_dir / STATE))
+    log.warning("--resume: training continues at step %d from %s", start, ctx.checkpoint_dir)
     return start
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, field_validator
 
@@ -31,7 +31,7 @@ class TokURConfig(BaseConfig):
                                 "last bits enough to change a sampled token (rare).")
     samples: int = Field(5, ge=1, description="M perturbed models scoring each response.")
     rank: int = Field(8, ge=1, description="Rank of the weight perturbation.")
-    sigma: Union[float, Literal["auto"]] = Field("auto", description="Perturbation scale, or 'auto' (≤1% NLL "
+    sigma: Union[Annotated[float, Field(ge=0)], Literal["auto"]] = Field("auto", description="Perturbation scale, or 'auto' (≤1% NLL "
                                                                      "change).")
     nll_threshold: float = Field(0.01, gt=0)
     search_iterations: int = Field(10, ge=1)

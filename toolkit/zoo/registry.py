@@ -123,6 +123,9 @@ def _build_locked(recipe: Recipe, name: str, target: Path, data, steps, seed, qu
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    from toolkit.core.outdir import normalize_modes
+
+    normalize_modes(partial)  # safetensors writes 0600; the cache's files get the umask's modes like any other
     shutil.rmtree(target, ignore_errors=True)
     os.replace(partial, target)
     return stats
