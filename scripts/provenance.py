@@ -18,6 +18,8 @@ git history, `provenance_from` says how. Repro scripts stamp their output at the
         --command "make repro-NAME" [--seed 0] [--load-start "$(cut -d' ' -f1-3 /proc/loadavg)"]
 
 which fills the fields of every record that has no `command` yet (rows copied from another run keep theirs).
+Without --seed, `--seeds-from runs/repro-NAME --since EPOCH` takes the seed(s) from the run.json files the run wrote
+there (what `make repro-NAME` does).
 `python scripts/provenance.py check [FILES...]` lists records without provenance (exit 1 if any).
 """
 
@@ -104,6 +106,22 @@ def stamp(data: dict, prov: dict) -> int:
     return n
 
 
+def seeds_from(folder: Path, since: float = 0.0):
+    """The seed (or sorted seeds) recorded by the run.json files under `folder` written at or after `since`."""
+    found = set()
+    for path in Path(folder).rglob("run.json"):
+        if path.stat().st_mtime >= since:
+            try:
+                seed = json.loads(path.read_text()).get("seed")
+            except (OSError, ValueError):
+                continue
+            if isinstance(seed, int):
+                found.add(seed)
+    if not found:
+        return None
+    return found.pop() if len(found) == 1 else sorted(found)
+
+
 def _seed(text: str | None):
     if text is None:
         return None
@@ -120,12 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--command", required=True)
     s.add_argument("--seed", help="seed (or 'a b c' seeds) for records that carry none")
     s.add_argument("--load-start", help="'1 5 15' load average at the start of the run")
+    s.add_argument("--seeds-from", type=Path, help="without --seed: the seeds of the run.json files under this folder")
+    s.add_argument("--since", type=float, default=0.0, help="with --seeds-from: only run.json written after (epoch s)")
     c = sub.add_parser("check", help="list records without provenance")
     c.add_argument("files", nargs="*", type=Path)
     a = p.parse_args(argv)
     if a.cmd == "stamp":
         data = json.loads(a.file.read_text())
         seed = _seed(a.seed)
+        if seed is None and a.seeds_from:
+            seed = seeds_from(a.seeds_from, a.since)
         prov = current(a.command, a.repro, a.load_start)
         if seed is not None:
             prov["seeds" if isinstance(seed, list) else "seed"] = seed
