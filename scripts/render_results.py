@@ -44,9 +44,14 @@ def loader(root: Path = ROOT):
 
 # ------------------------------------------------------------------------------------------------ rendering
 
+def cell(text) -> str:
+    """A table cell: pipes escaped (also inside code spans, as GitHub's tables need), no line breaks."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    out = ["| " + " | ".join(cell(c) for c in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(out)
 
 
