@@ -15,7 +15,8 @@ and, where the row was not written by that script in this repository's history, 
 git history, `provenance_from` says how. Repro scripts stamp their output at the end:
 
     python scripts/provenance.py stamp runs/repro-NAME/results.json --repro examples/NAME/repro.sh \
-        --command "make repro-NAME" [--seed 0] [--load-start "$(cut -d' ' -f1-3 /proc/loadavg)"]
+        --command "make repro-NAME" [--seed 0] [--load-start "$(cut -d' ' -f1-3 /proc/loadavg)"] \
+        [--code-start "$(python scripts/provenance.py state)"]   # the state printed when the run started
 
 which fills the fields of every record that has no `command` yet (rows copied from another run keep theirs).
 Without --seed, `--seeds-from runs/repro-NAME --since EPOCH` takes the seed(s) from the run.json files the run wrote
@@ -80,11 +81,18 @@ def machine(load_start: str | None = None) -> dict:
     return m
 
 
-def current(command: str, repro: str, load_start: str | None = None, seed=None) -> dict:
-    """The provenance of a run finishing now in this checkout."""
+def code_state() -> str:
+    """'HASH' of HEAD, or 'HASH+dirty' when cli/, toolkit/, csrc/, examples/ or scripts/ have uncommitted changes."""
     dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "cli", "toolkit", "csrc", "examples",
                      "scripts"))
-    prov = {"command": command, "commit": git("rev-parse", "--short=7", "HEAD"), "dirty": dirty,
+    return git("rev-parse", "--short=7", "HEAD") + ("+dirty" if dirty else "")
+
+
+def current(command: str, repro: str, load_start: str | None = None, seed=None, start_state: str | None = None) -> dict:
+    """The provenance of a run finishing now in this checkout; `start_state` (code_state() taken when the run
+    started) names the code that ran, else the checkout's state now."""
+    state = start_state or code_state()
+    prov = {"command": command, "commit": state.split("+")[0], "dirty": state.endswith("+dirty"),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": machine(load_start), "repro": repro}
     if seed is not None:
@@ -138,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--command", required=True)
     s.add_argument("--seed", help="seed (or 'a b c' seeds) for records that carry none")
     s.add_argument("--load-start", help="'1 5 15' load average at the start of the run")
+    s.add_argument("--code-start", help="`provenance.py state` printed when the run started (default: now)")
     s.add_argument("--seeds-from", type=Path, help="without --seed: the seeds of the run.json files under this folder")
     s.add_argument("--since", type=float, default=0.0, help="with --seeds-from: only run.json written after (epoch s)")
+    sub.add_parser("state", help="print HEAD's short hash (+dirty): pass it to stamp --code-start")
     c = sub.add_parser("check", help="list records without provenance")
     c.add_argument("files", nargs="*", type=Path)
     a = p.parse_args(argv)
@@ -148,13 +158,16 @@ def main(argv: list[str] | None = None) -> int:
         seed = _seed(a.seed)
         if seed is None and a.seeds_from:
             seed = seeds_from(a.seeds_from, a.since)
-        prov = current(a.command, a.repro, a.load_start)
+        prov = current(a.command, a.repro, a.load_start, start_state=a.code_start)
         if seed is not None:
             prov["seeds" if isinstance(seed, list) else "seed"] = seed
         n = stamp(data, prov)
         a.file.write_text(json.dumps(data, indent=2) + "\n")
         print(f"provenance: {n} record(s) of {a.file} stamped ({prov['commit']}{' dirty' if prov['dirty'] else ''})",
               file=sys.stderr)
+        return 0
+    if a.cmd == "state":
+        print(code_state())
         return 0
     files = a.files or sorted(ROOT.glob("examples/*/results*.json"))
     bad = 0

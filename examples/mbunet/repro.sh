@@ -13,6 +13,7 @@ R=runs/repro-mbunet
 STEPS="${STEPS:-1200}"
 SEEDS="${SEEDS-1 2}"
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+CODE_START="$($PY scripts/provenance.py state)"
 export OMP_NUM_THREADS=1  # the four trainings run side by side, one thread each; the speed bench uses 2
 mkdir -p "$R"
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
@@ -106,4 +107,5 @@ for row in seed_rows:
         print(f"{row['variant']}: mIoU {row['miou_mean']:.2f} +- {row['miou_sd']:.2f} over seeds {row['seeds']}")
 PYEOF
 $PY scripts/provenance.py stamp "$R/results.json" --repro examples/mbunet/repro.sh --load-start "$LOAD_START" \
+  --code-start "$CODE_START" \
   --command "STEPS=$STEPS SEEDS='$SEEDS' bash examples/mbunet/repro.sh" --seed 0
