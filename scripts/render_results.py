@@ -123,8 +123,8 @@ def readme_table(reports: dict) -> str:
     for tech in T.TECHNIQUES:
         rep = reports[tech.name]
         link = f"[{tech.name}](examples/{tech.name}/RESULTS.md)"
-        rows.append([tech.task, f"`{tech.command}`", f"**{rep.status}**: {rep.line}", link])
-    return "\n".join([README_BEGIN, md_table(["task", "command", "status (one line)", "figures"], rows),
+        rows.append([tech.task, f"`{tech.command}`", tech.what, f"**{rep.status}**: {rep.line}", link])
+    return "\n".join([README_BEGIN, md_table(["task", "command", "technique", "status (one line)", "figures"], rows),
                       README_END])
 
 

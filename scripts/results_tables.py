@@ -64,6 +64,7 @@ class Technique:
     task: str
     command: str
     build: Callable
+    what: str = ""
 
     def report(self, load) -> Report:
         return self.build(load)
@@ -637,23 +638,46 @@ def influence(load) -> Report:
 
 
 TECHNIQUES = [
-    Technique("obr", "compress my model and serve it", "iclrkit compress obr", obr),
-    Technique("int4", "compress my model and serve it", "iclrkit compress bench", int4),
-    Technique("eamet", "edit facts", "iclrkit edit eamet|memit", eamet),
-    Technique("prism", "unlearn a dataset", "iclrkit unlearn prism|npo|ga|rmu", prism),
-    Technique("steer", "steer", "iclrkit steer pcms|ums|ilcs", steer),
-    Technique("merge-latent", "merge", "iclrkit merge latent", merge_latent),
-    Technique("fame", "explain", "iclrkit explain fame|verix", fame),
-    Technique("cave", "explain", "iclrkit explain cave", cave),
-    Technique("remove-ln", "explain", "iclrkit remove-ln run", remove_ln),
-    Technique("backdoor", "defend a classifier", "iclrkit defend backdoor", backdoor),
-    Technique("khc", "cluster", "iclrkit cluster khc solve", khc),
-    Technique("mbunet", "segment", "iclrkit segment mbunet", mbunet),
-    Technique("deeprag", "RAG", "iclrkit rag deeprag", deeprag),
-    Technique("tokur", "uncertainty", "iclrkit uq tokur", tokur),
-    Technique("mhlp", "uncertainty", "iclrkit prompt mhlp", mhlp),
-    Technique("bench", "benchmarks", "iclrkit bench videomathqa|mmsearch", bench),
-    Technique("cot", "studies", "iclrkit study cot", cot),
-    Technique("benign-overfit", "studies", "iclrkit study benign-overfit", benign_overfit),
-    Technique("influence", "studies", "iclrkit causal influence", influence),
+    Technique("obr", "compress my model and serve it",
+              "iclrkit compress obr|rtn|gptq|sparsegpt|sparsegpt-gptq|wanda|magnitude", obr,
+              "OBR: joint W4A4KV4 quantization + sparsity, QuaRot rotation, packed INT4, compressed-tensors and GGUF "
+              "export"),
+    Technique("int4", "compress my model and serve it", "iclrkit compress bench", int4,
+              "packed INT4 and 2:4 GEMM kernels (CPU; CUDA compile-checked) for OBR-packed models"),
+    Technique("eamet", "edit facts", "iclrkit edit eamet|memit", eamet,
+              "EAMET mass knowledge editing with embedding alignment; MEMIT baseline"),
+    Technique("prism", "unlearn a dataset", "iclrkit unlearn prism|npo|ga|rmu|eval|relearn", prism,
+              "PRISM robust unlearning, baselines, MUSE-style metrics, relearning and jailbreak attacks"),
+    Technique("steer", "steer", "iclrkit steer pcms|ums|ilcs|generate|sweep", steer,
+              "personalized safety steering (paired mean shift) with UMS and ILCS baselines"),
+    Technique("merge-latent", "merge", "iclrkit merge latent train|run, merge average|task-arithmetic|ties|padded|zoo",
+              merge_latent, "LS-Merge weight VAE (layer-aware chunks, two stages, width/depth projection) and "
+                            "weight-space baselines"),
+    Technique("fame", "explain", "iclrkit explain fame|verix", fame,
+              "formal abstract minimal explanations: own CROWN, exact MILP check"),
+    Technique("cave", "explain", "iclrkit explain cave|consistency", cave,
+              "CAVE concept classifier on ray-cast 3D data, 3D-C metric, NMF/Grad-CAM/LRP baselines, PASCAL3D+ and "
+              "OOD-CV readers"),
+    Technique("remove-ln", "explain", "iclrkit remove-ln run|analyze", remove_ln,
+              "LayerNorm-free GPT-2 by fine-tuning, plain and folded export, direct logit attribution"),
+    Technique("backdoor", "defend a classifier", "iclrkit defend attack|backdoor", backdoor,
+              "X-GRAAD backdoor detection; STRIP and ONION baselines"),
+    Technique("khc", "cluster", "iclrkit cluster khc solve|generate", khc,
+              "exact 2-norm k-hyperplane clustering in SCIP"),
+    Technique("mbunet", "segment", "iclrkit segment mbunet train|convert|infer|bench", mbunet,
+              "masked binary U-Net, bit-packed AND+popcount kernels"),
+    Technique("deeprag", "RAG", "iclrkit rag deeprag index|synth|train|run", deeprag,
+              "DeepRAG: BM25/dense retrieval, retrieve-or-answer steps, tree-search synthesis, SFT + DPO, baselines"),
+    Technique("tokur", "uncertainty", "iclrkit uq tokur", tokur,
+              "token-level uncertainty by low-rank weight perturbation, best-of-N selection"),
+    Technique("mhlp", "uncertainty", "iclrkit prompt mhlp", mhlp,
+              "Metropolis-Hastings over prompts, chat-template scoring"),
+    Technique("bench", "benchmarks", "iclrkit bench videomathqa|mmsearch|fixtures", bench,
+              "VideoMathQA (lmms-eval scoring, frames, step judge) and MMSearch-Plus (decryption, 4-mode agent, "
+              "Set-of-Mark) harnesses"),
+    Technique("cot", "studies", "iclrkit study cot", cot, "chain-of-thought composition on a synthetic KB"),
+    Technique("benign-overfit", "studies", "iclrkit study benign-overfit", benign_overfit,
+              "benign overfitting of leaky-ReLU networks against the theory curve"),
+    Technique("influence", "studies", "iclrkit causal influence", influence,
+              "influence power of actionable variables, exact and MCTS"),
 ]
