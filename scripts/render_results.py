@@ -91,6 +91,8 @@ def headline_block(name: str, rep: T.Report) -> str:
     parts = [HEAD_BEGIN, f"**Status: {rep.status}** — {rep.line}", ""]
     for title, header, rows, _ in rep.tables:
         parts += [f"**{title}**", "", md_table(header, rows), ""]
+    if rep.unverified:
+        parts += ["† transcribed row: not written by a repro in this repository's history, so unverified.", ""]
     checks = []
     if rep.gate is not None:
         checks.append(f"- {'✓' if rep.gate[0] else '✗'} benchmark target (`scripts/results_gates.py {name}`): "
