@@ -8,6 +8,7 @@ paper's method (chosen on validation data where a choice was made) — a row cho
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable
@@ -118,8 +119,13 @@ def obr(load) -> Report:
     smol = [r for r in rows if r.get("model") == "smollm2-135m"]
     ob = method_row(smol, "OBR_GPTQ", setting="w4a16-s50")
     peer = method_row(smol, "llm-compressor SparseGPT->GPTQ two-stage", setting="w4a16-s50")
-    a_rows = [r for r in smol if r.get("setting") == "w4a16-s50" or norm(r.get("method")) == "fpdense"]
-    table_a = [[mark(r, r["method"]), f(r.get("rotate")), f(r["ppl"]), f(r.get("seconds"), 0),
+    def calibrated_32x512(r):  # rows that name another calibration size (16x256, ...) belong elsewhere
+        size = re.search(r"\d+x\d+", str(r.get("calibration", "")))
+        return size is None or size.group(0) == "32x512"
+
+    a_rows = [r for r in smol if (r.get("setting") == "w4a16-s50" or norm(r.get("method")) == "fpdense")
+              and r.get("ppl") is not None and calibrated_32x512(r)]
+    table_a = [[mark(r, r.get("method", "–")), f(r.get("rotate")), f(r["ppl"]), f(r.get("seconds"), 0),
                 pct(r.get("sparsity")), r.get("commit", "–")] for r in a_rows]
     claims = []
     if ob and peer:
@@ -128,12 +134,12 @@ def obr(load) -> Report:
                                 f"SparseGPT→GPTQ {peer['ppl']:.2f} / {peer['seconds']:.0f} s (SmolLM2 W4A16 + 50% "
                                 f"sparsity, 32×512 calibration, one seed): "
                                 + ("OBR ahead on both" if ok else "the peer is ahead")))
-    means = [r for r in seed_rows if r.get("seed") == "mean"]
+    means = [r for r in seed_rows if r.get("seed") == "mean" and r.get("ppl_mean") is not None]
     table_b, verdicts, seed_ok = [], [], True
     for setting in sorted({r["setting"] for r in means}):
         here = [r for r in means if r["setting"] == setting]
         o = next((r for r in here if r["method"] == "OBR_GPTQ"), None)
-        bases = [r for r in here if norm(r["method"]).startswith("sparsegptgptqtwostage")]
+        bases = [r for r in here if norm(r["method"]).startswith("sparsegptgptqtwostage") and r.get("ppl_sd")]
         for r in here:
             table_b.append([setting, mark(r, r["method"]), pm(r["ppl_mean"], r.get("ppl_sd")),
                             f(r.get("seconds_mean"), 0), str(r.get("seeds"))])
