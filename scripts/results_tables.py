@@ -389,7 +389,9 @@ def merge_latent(load) -> Report:
                                                                                     pair=pair)
         wide = any(w in norm(pair) for w in ("width", "hetero", "size"))
         used += [r for r in (lat, pure, avg, matched) if r]
-        table.append([pair, f(pure and pure["acc_union"], 1), f(lat and lat["acc_union"], 1),
+        shown = [r for r in (lat, pure, avg, matched) if r]
+        label = f"{pair} †" if any(r.get("transcribed") for r in shown) else pair
+        table.append([label, f(pure and pure["acc_union"], 1), f(lat and lat["acc_union"], 1),
                       f(avg and avg["acc_union"], 1) + (" (padded)" if wide else ""),
                       f(matched and matched["acc_union"], 1), "+5 over padded" if wide else "≥ average − 1"])
         if pure and avg and not wide:
