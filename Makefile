@@ -56,8 +56,16 @@ lint: install
 # Each repro writes runs/repro-NAME/results.json; its final rows are also copied to the committed
 # examples/NAME/results.json, so ../shared/tools/gates.py can check the published figures from a fresh checkout
 # (PUBLISH=0 keeps the committed rows, e.g. for a partial run).
+# Every record the repro wrote is stamped with its provenance (scripts/provenance.py: command, commit, date, seeds
+# from the run.json files it wrote, cores and load) before it is published.
 repro-%: install
+	@mkdir -p runs && echo "$$(date +%s) $$(cut -d' ' -f1-3 /proc/loadavg) $$($(PY) scripts/provenance.py state)" \
+	  > runs/.repro-$*.start
 	bash examples/$*/repro.sh
+	@if [ -f runs/repro-$*/results.json ]; then read -r t l1 l5 l15 code < runs/.repro-$*.start; \
+	  $(PY) scripts/provenance.py stamp runs/repro-$*/results.json --repro examples/$*/repro.sh \
+	    --command "make repro-$*" --load-start "$$l1 $$l5 $$l15" --code-start "$$code" \
+	    --seeds-from runs/repro-$* --since "$$t"; fi
 	@if [ "$${PUBLISH:-1}" != 0 ] && [ -f runs/repro-$*/results.json ]; then \
 	  cp runs/repro-$*/results.json examples/$*/results.json && echo "published examples/$*/results.json"; fi
 
