@@ -200,7 +200,7 @@ def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch
                      deflation: Deflation | None = None, inverse: torch.Tensor | None = None,
                      stop: str | None = None, rank: int | None = None, block: int = 64, window: int = 3,
                      segments: list[int] | None = None,
-                     low_precision_setup: bool = False, obs: bool | None = None,
+                     low_precision_setup: bool = False, obs: bool | None = None, cg_bytes: int = 256 * 2**20,
                      stats: SolveStats | None = None) -> torch.Tensor:
     """Row by row, x_A = H_AA⁻¹ · H_AB · v_B for the row's own column sets A and B (boolean masks, rows × C);
     returns x scattered into a rows × C tensor (zero outside A). Only the columns some row selects take part:
@@ -248,13 +248,18 @@ def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch
     if preconditioner == "inverse":
         G = inverse if inverse is not None else torch.cholesky_inverse(torch.linalg.cholesky(H))
         G = G if full_a else G[cols_a][:, cols_a]
-    x = masked_pcg(Ha, Aa, rhs, loss0=loss0, tol=tol, stop=stop, preconditioner=preconditioner, deflation=model,
-                   rank=rank, inverse=G, block=block, window=window, segments=segments,
-                   low_precision_setup=low_precision_setup,
-                   stats=stats)
-    if full_a:
-        return x
-    out[:, cols_a] = x
+    options = dict(tol=tol, stop=stop, preconditioner=preconditioner, deflation=model, rank=rank, inverse=G,
+                   block=block, window=window, low_precision_setup=low_precision_setup, stats=stats)
+    # rows in chunks whose CG work arrays (~12 of rows × |A's columns|) fit `cg_bytes`: each chunk meets the
+    # tolerance on its own loss (so the layer does), and its vectors stay in cache between the products
+    chunk = rows if segments else max(256, cg_bytes // (12 * Ha.shape[0] * Ha.element_size()))
+    for r0 in range(0, rows, chunk):
+        r1 = min(r0 + chunk, rows)
+        x = masked_pcg(Ha, Aa[r0:r1], rhs[r0:r1], loss0=loss0[r0:r1], segments=segments, **options)
+        if full_a:
+            out[r0:r1] = x
+        else:
+            out[r0:r1, cols_a] = x
     return out
 
 

@@ -231,7 +231,7 @@ def masked_pcg(H: torch.Tensor, A: torch.Tensor, rhs: torch.Tensor, *, loss0: to
         precond += clock.now() - t
         rz_next = torch.linalg.vecdot(residual, z).unsqueeze(1)
         beta = torch.where(ok, rz_next / torch.where(ok, rz, 1.0), 0.0)
-        direction.mul_(beta).add_(z)
+        direction = z.addcmul_(beta, direction)  # z is not needed again: its buffer becomes the direction
         rz = rz_next
         if stop == "residual":
             active = active & (residual.square().sum(dim=1, keepdim=True) > target)
@@ -273,17 +273,17 @@ def _preconditioner(kind: str, H, A, mask, deflation, rank, inverse, block, low_
         rank = rank if rank is not None else auto_rank(H.shape[0])
         model = (deflation if deflation is not None else deflation_basis(H, rank)).truncated(rank)
         s, V, mu = model.scale, model.V, model.mu
-        scaled_mask = mask * (s / mu)
+        diagonal = s * s / mu  # P r = [r ⊙ s²/μ − (M⁻¹ (r ⊙ s) V)(V ⊙ s/μ)ᵀ] ⊙ mask
         if not V.shape[1]:
             def apply(r):
-                return r * s * scaled_mask
+                return (r * diagonal).mul_(mask)
         else:
             Minv = _woodbury_factors(model, mask, low_precision_setup)
+            left, right = V * s.unsqueeze(1), (V * (s / mu).unsqueeze(1)).T.contiguous()
 
             def apply(r):
-                rs = r * s
-                y = torch.bmm(Minv, (rs @ V).unsqueeze(2)).squeeze(2)
-                return torch.addmm(rs, y, V.T, alpha=-1.0).mul_(scaled_mask)
+                y = torch.bmm(Minv, (r @ left).unsqueeze(2)).squeeze(2)
+                return torch.addmm(r * diagonal, y, right, alpha=-1.0).mul_(mask)
         apply.rank = V.shape[1]
         return apply
     if kind == "jacobi":
