@@ -64,7 +64,7 @@ clean-ext:
 	rm -f toolkit/_C*.so $(EXT_STAMP)
 
 # GPU path check on a CUDA machine (python3 with a CUDA torch, nvcc, ninja; the other packages from wheels/):
-#   OUT=<dir> make gpu-check     -> <dir>/gpu-check.json (steps in scripts/gpu-check.sh, <= 8 minutes on an H200)
+#   OUT=<dir> make gpu-check     -> <dir>/gpu-check.json (steps in scripts/gpu-check.sh, <= 10 minutes on an H200)
 gpu-check:
 	bash scripts/gpu-check.sh
 

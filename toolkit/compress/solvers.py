@@ -201,6 +201,7 @@ def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch
                      stop: str | None = None, rank: int | None = None, block: int = 64, window: int = 3,
                      segments: list[int] | None = None,
                      low_precision_setup: bool = False, obs: bool | None = None, cg_bytes: int = 256 * 2**20,
+                     product: str = "full", refresh: int = 0,
                      stats: SolveStats | None = None) -> torch.Tensor:
     """Row by row, x_A = H_AA⁻¹ · H_AB · v_B for the row's own column sets A and B (boolean masks, rows × C);
     returns x scattered into a rows × C tensor (zero outside A). Only the columns some row selects take part:
@@ -249,7 +250,8 @@ def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch
         G = inverse if inverse is not None else torch.cholesky_inverse(torch.linalg.cholesky(H))
         G = G if full_a else G[cols_a][:, cols_a]
     options = dict(tol=tol, stop=stop, preconditioner=preconditioner, deflation=model, rank=rank, inverse=G,
-                   block=block, window=window, low_precision_setup=low_precision_setup, stats=stats)
+                   block=block, window=window, low_precision_setup=low_precision_setup, product=product,
+                   refresh=refresh, stats=stats)
     # rows in chunks whose CG work arrays (~12 of rows × |A's columns|) fit `cg_bytes`: each chunk meets the
     # tolerance on its own loss (so the layer does), and its vectors stay in cache between the products
     chunk = rows if segments else max(256, cg_bytes // (12 * Ha.shape[0] * Ha.element_size()))

@@ -169,7 +169,8 @@ def masked_pcg(H: torch.Tensor, A: torch.Tensor, rhs: torch.Tensor, *, loss0: to
                tol: float = 1e-3, stop: str = "loss", window: int = 3, max_iter: int | None = None,
                preconditioner: str = "deflation", deflation: Deflation | None = None, rank: int | None = None,
                inverse: torch.Tensor | None = None, block: int = 64, segments: list[int] | None = None,
-               low_precision_setup: bool = False, stats: SolveStats | None = None) -> torch.Tensor:
+               low_precision_setup: bool = False, product: str = "full", refresh: int = 0,
+               stats: SolveStats | None = None) -> torch.Tensor:
     """x with x_A = H_AA⁻¹ rhs_A for every row (zero outside A), all rows at once.
 
     H [C, C] SPD; A [rows, C] bool; rhs [rows, C] (only its A entries are read). loss0 [rows]: each row's loss at
@@ -179,7 +180,11 @@ def masked_pcg(H: torch.Tensor, A: torch.Tensor, rhs: torch.Tensor, *, loss0: to
     "jacobi", "inverse" (the restriction of H⁻¹ to A: `inverse` = H⁻¹) or "block-jacobi" (each row's H_AA cut
     into diagonal blocks of `block` consecutive columns, each factored exactly: rows × C × block floats of
     factors, for studies on row subsets). segments: row counts of the linears
-    stacked in the rows (the loss criterion holds per segment); None = one."""
+    stacked in the rows (the loss criterion holds per segment); None = one.
+
+    product: "full" (H's dtype, the default), or — measured and rejected (examples/scale/RESULTS.md: the layer
+    loss diverges on SmolLM2's o_proj) — "bf16" (one bfloat16 product, 6x faster on AMX CPUs) or "bf16x3" (three,
+    hi/lo split); `refresh` > 0 recomputes the residual in full precision every `refresh` steps."""
     clock = _Clock(stats is not None, H.device)
     started = clock.now()
     dtype = H.dtype
@@ -190,8 +195,22 @@ def masked_pcg(H: torch.Tensor, A: torch.Tensor, rhs: torch.Tensor, *, loss0: to
     max_iter = max_iter or C
     setup0 = clock.now()
     apply = _preconditioner(preconditioner, H, A, mask, deflation, rank, inverse, block, low_precision_setup)
+    if product == "full":
+        multiply = H.__rmatmul__
+    elif product in ("bf16", "bf16x3"):
+        high = H.to(torch.bfloat16)
+        low = (H - high.to(dtype)).to(torch.bfloat16)
+
+        def multiply(d):
+            top = d.to(torch.bfloat16)
+            out = (top @ high).to(dtype)
+            if product == "bf16x3":
+                out += (top @ low).to(dtype) + ((d - top.to(dtype)).to(torch.bfloat16) @ high).to(dtype)
+            return out
+    else:
+        raise ValueError(f"unknown product {product!r} (full | bf16 | bf16x3)")
     setup = clock.now() - setup0
-    product = precond = 0.0
+    product_seconds = precond = 0.0
 
     bounds = _segment_bounds(rows, segments)
     accumulate = torch.float64 if dtype != torch.float64 and H.device.type != "mps" else dtype
@@ -216,14 +235,16 @@ def masked_pcg(H: torch.Tensor, A: torch.Tensor, rhs: torch.Tensor, *, loss0: to
             iterations -= 1
             break
         t = clock.now()
-        Hd = (direction @ H).mul_(mask)
-        product += clock.now() - t
+        Hd = multiply(direction).mul_(mask)
+        product_seconds += clock.now() - t
         curvature = torch.linalg.vecdot(direction, Hd).unsqueeze(1)
         ok = active & (curvature > 0)
         # rᵀz = pᵀr in exact arithmetic: α = rᵀz / pᵀHp, and f falls by α·rᵀz
         step = torch.where(ok, rz / torch.where(ok, curvature, 1.0), 0.0)
         x.addcmul_(step, direction)
         residual.addcmul_(step, Hd, value=-1.0)
+        if refresh and iterations % refresh == 0:
+            residual = (rhs.to(dtype) - x @ H).mul_(mask)
         decrease = (step * rz).squeeze(1).to(accumulate)
         loss = loss - decrease
         t = clock.now()
@@ -253,7 +274,7 @@ def masked_pcg(H: torch.Tensor, A: torch.Tensor, rhs: torch.Tensor, *, loss0: to
         stats.method = f"pcg-{preconditioner}"
         stats.rows, stats.columns = rows, C
         stats.iterations += iterations
-        stats.product_seconds += product
+        stats.product_seconds += product_seconds
         stats.preconditioner_seconds += precond
         stats.setup_seconds += setup
         stats.seconds += clock.now() - started
