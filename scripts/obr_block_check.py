@@ -83,9 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    import torch
-
     import gpu_plan
+    import torch
 
     model_dir = args.model_dir or args.out / f"model-{args.shape}-1block"
     info = write_model(model_dir, args.shape)
