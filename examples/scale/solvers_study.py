@@ -50,6 +50,38 @@ CANDIDATES = {
     "deflationauto-bf16-refresh8-l1e-3": ("cg", {"tol": 1e-3, "product": "bf16", "refresh": 8}),
 }
 DEFAULT = "deflationauto-l1e-3"
+CANDIDATE_NOTES = {
+    "cholesky": "exact: one batched Cholesky of each row's H_RR (float32, padded chunks) — the reference speed",
+    "cholesky-obs": "exact, the OBS identity δ_R = −G_RE (G_EE)⁻¹ w_E (G = H⁻¹): factors |E| instead of |R|; the "
+                    "default picks it when |E| < |R| (sparsity < 50 %); at 50 % both sides are equal",
+    "jacobi-r1e-4": "CG, Jacobi preconditioner, ‖r‖ ≤ 1e-4·‖rhs‖ per row: the solver before issue 42",
+    "jacobi-l1e-3": "the same CG stopped on the layer loss (1e-3): the tolerance change alone",
+    "inverse-l1e-3": "CG preconditioned by the restriction of the damped H⁻¹ (GPTQ's, already factored): two "
+                     "products per iteration",
+    "block64-l1e-3": "CG preconditioned by each row's exact 64-column diagonal blocks of H_RR (block-Jacobi; an "
+                     "incomplete Cholesky of a dense H_RR is its full Cholesky, so none is listed)",
+    "deflation32-l1e-3": "CG preconditioned by the deflation model (top-32 eigenpairs of D^-½HD^-½ + μI, "
+                         "Woodbury per row)",
+    "deflation64-l1e-3": "the same, rank 64",
+    "deflation128-l1e-3": "the same, rank 128",
+    "deflationauto-l1e-3": "the default: rank C/16 in [16, 64], stopped when the layer loss's decrease over 3 steps "
+                           "is ≤ 1e-3 of it",
+    "deflationauto-l3e-3": "the default at tolerance 3e-3",
+    "deflationauto-l1e-2": "the default at tolerance 1e-2",
+    "deflationauto-l1e-4": "the default at tolerance 1e-4",
+    "deflationauto-r1e-4": "the default preconditioner with the old residual stop (1e-4)",
+    "deflationauto-bf16setup-l1e-3": "mixed precision: the Woodbury Gram products in bfloat16 (AMX): the "
+                                     "preconditioner loses definiteness (rejected)",
+    "deflationauto-bf16-l1e-3": "mixed precision: CG's products with H in bfloat16 (6x faster on AMX): diverges "
+                                "on ill-conditioned layers (rejected)",
+    "deflationauto-bf16x3-l1e-3": "products as three bfloat16 GEMMs (hi/lo split; CPU bf16 GEMMs round their "
+                                  "outputs to bf16): still diverges on SmolLM2's o_proj (rejected)",
+    "deflationauto-bf16-refresh8-l1e-3": "bfloat16 products with the residual recomputed in float32 every 8 steps "
+                                         "(rejected: same failures)",
+    "warm start": "not a separate run: the quantization solve's unknown is a correction to the restored weights, "
+                  "so starting it at zero is starting from the pruning solve's solution; re-solving R2 from the "
+                  "restored weights has the same residual, hence the same iterates",
+}
 
 
 def layer_loss(W: torch.Tensor, Q: torch.Tensor, H: torch.Tensor) -> float:
