@@ -79,8 +79,13 @@ def child_compress(model: str, method: str, out: str, threads: str = "0") -> dic
     batched = config.fused_calibration_fits(NSAMPLES, SEQLEN, block_dims(meta, adapter_for(meta)))
     plan = plan_memory(model, nsamples=NSAMPLES, seqlen=SEQLEN, runtime_bytes=baseline, batched=batched)
     ctx = RunContext(out=Path(out), quiet=True)
+    solves = record_obr_solves() if method == "obr" else None
     started, cpu_started = time.perf_counter(), time.process_time()
-    run_compress(config, ctx)
+    try:
+        run_compress(config, ctx)
+    finally:
+        if solves is not None:
+            solves.restore()
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     per_block = ctx.metrics["seconds_per_block"]
     return {"seconds": round(seconds, 1), "seconds_per_block": per_block, "cpu_seconds": round(cpu_seconds, 1),
@@ -90,7 +95,50 @@ def child_compress(model: str, method: str, out: str, threads: str = "0") -> dic
             "parameters": plan["parameters"],
             "output_mb": round(dir_bytes(Path(out) / "model") / MB, 1), "threads": torch.get_num_threads(),
             "calibration": ctx.metrics.get("calibration"),
-            "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_")}
+            "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
+            **({"solver_per_block": solves.per_block(len(per_block))} if solves is not None else {})}
+
+
+class record_obr_solves:  # noqa: N801 - used like a function
+    """Wraps toolkit.compress.obr.obr_quantize for one run: every linear's restoration SolveStats, in call order
+    (the pipeline compresses the blocks one after another, each block's linears together)."""
+
+    def __init__(self):
+        import toolkit.compress.obr as module
+
+        self.module, self.original, self.linears = module, module.obr_quantize, []
+
+        def recorded(*args, **kwargs):
+            stats: list = []
+            result = self.original(*args, stats=stats, **kwargs)
+            self.linears.append(stats)
+            return result
+
+        module.obr_quantize = recorded
+
+    def restore(self) -> None:
+        self.module.obr_quantize = self.original
+
+    def per_block(self, blocks: int) -> list[dict]:
+        """Per block: CG iterations (pruning solve, quantization solve, summed over the linears), CPU seconds of
+        the restoration, in the products with H, the preconditioner and its set-up, the largest relative residual
+        and estimated loss excess at the stop."""
+        if not blocks or len(self.linears) % blocks:
+            return []
+        size = len(self.linears) // blocks
+        out = []
+        for b in range(blocks):
+            group = self.linears[b * size:(b + 1) * size]
+            solves = [s for stats in group for s in stats]
+            out.append({"iterations": [sum(stats[0].iterations for stats in group if stats),
+                                       sum(stats[1].iterations for stats in group if len(stats) > 1)],
+                        "restoration_s": round(sum(s.seconds for s in solves), 3),
+                        "product_s": round(sum(s.product_seconds for s in solves), 3),
+                        "preconditioner_s": round(sum(s.preconditioner_seconds for s in solves), 3),
+                        "setup_s": round(sum(s.setup_seconds for s in solves), 3),
+                        "max_residual": max((s.residual for s in solves), default=None),
+                        "max_excess": max((s.excess for s in solves if s.excess is not None), default=None)})
+        return out
 
 
 def child_merge(models: str, out: str) -> dict:
@@ -110,11 +158,12 @@ def child_merge(models: str, out: str) -> dict:
 
 
 def commit() -> str:
-    """The working tree's commit (+ "-dirty" when tracked files differ from it): every row carries it."""
+    """The working tree's commit (+ "-dirty" when its code differs from it): every row carries it."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "."], cwd=HERE.parents[1]).returncode != 0
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "toolkit", "cli", "examples/scale/bench.py"],
+                               cwd=HERE.parents[1]).returncode != 0  # code only: results.json changes as rows land
         return head + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -341,10 +390,21 @@ def ratio_lines(rows: list[dict]) -> list[str]:
         pair = {r["method"]: r for r in rows if r["shape"] == shape and r.get("cpu_seconds_per_block_mean")}
         if "obr" in pair and "gptq" in pair:
             o, g = pair["obr"], pair["gptq"]
-            out.append(f"- {shape}: OBR {o['cpu_seconds_per_block_mean']} / GPTQ {g['cpu_seconds_per_block_mean']} "
-                       f"= **{o['cpu_seconds_per_block_mean'] / g['cpu_seconds_per_block_mean']:.2f}x** "
-                       f"(OBR at {o.get('commit', '?')}, GPTQ at {g.get('commit', '?')}; peak RSS {o.get('peak_rss_mb')} "
-                       f"vs planned {o.get('planned_mb')} MB)")
+            line = (f"- {shape}: OBR {o['cpu_seconds_per_block_mean']} / GPTQ {g['cpu_seconds_per_block_mean']} "
+                    f"= **{o['cpu_seconds_per_block_mean'] / g['cpu_seconds_per_block_mean']:.2f}x** "
+                    f"(OBR at {o.get('commit', '?')}, GPTQ at {g.get('commit', '?')}; OBR peak RSS "
+                    f"{o.get('peak_rss_mb')} MB, planned {o.get('planned_mb')} MB)")
+            solver = o.get("solver_per_block") or []
+            if solver:
+                n = len(solver)
+                line += (f"; per block, mean over {n}: restoration {sum(b['restoration_s'] for b in solver) / n:.2f} "
+                         f"CPU s ({sum(b['product_s'] for b in solver) / n:.2f} in products with H, "
+                         f"{sum(b['preconditioner_s'] + b['setup_s'] for b in solver) / n:.2f} preconditioner + "
+                         f"set-up), CG iterations {sum(b['iterations'][0] for b in solver) / n:.0f} + "
+                         f"{sum(b['iterations'][1] for b in solver) / n:.0f} over its linears, max residual "
+                         f"{max(b['max_residual'] for b in solver):.1e}, max loss excess "
+                         f"{max(b['max_excess'] for b in solver):.1e}")
+            out.append(line)
     return out
 
 
