@@ -323,6 +323,7 @@ def fit_lines(rows: list[dict]) -> list[str]:
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
         lines.append(f"- {method}: CPU seconds ∝ parameters^{slope:.2f} over {len(points)} shapes "
                      f"({', '.join(f'{p / 1e6:.0f}M: {t:.0f} s' for p, t in sorted(points))}).")
+    lines += per_block_fit_lines(rows)
     for r in rows:
         blocks = r.get("cpu_seconds_per_block") or []
         if len(blocks) >= 4:
@@ -330,6 +331,49 @@ def fit_lines(rows: list[dict]) -> list[str]:
             first, second = sum(blocks[:half]) / half, sum(blocks[half:]) / (len(blocks) - half)
             lines.append(f"- {r['shape']} {r['method']}: CPU s/block first half {first:.2f}, second half "
                          f"{second:.2f} (min {min(blocks):.2f}, max {max(blocks):.2f}).")
+    return lines
+
+
+def block_parameters(shape: str) -> int:
+    """Weights of one decoder block's linears of a synthetic shape ("1.1B (2 blocks)" reads as "1.1B")."""
+    from toolkit.models.synthetic import SHAPES
+
+    c = SHAPES[shape.split(" ")[0]]
+    h, i, heads = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"]
+    kv = c.get("num_key_value_heads", heads) * (h // heads)
+    return 2 * h * h + 2 * h * kv + 3 * h * i
+
+
+def per_block_fit_lines(rows: list[dict]) -> list[str]:
+    """Per method: b in CPU s per block ∝ (block parameters)^b over the shapes measured with one thread at the same
+    commit as the newest row of that method (full-depth or `--layers` rows: the per-block cost does not depend on
+    depth), and the OBR/GPTQ gap in exponents."""
+    import math
+
+    fits = {}
+    for method in ("gptq", "obr"):
+        mine = [r for r in rows if r["method"] == method and r.get("threads") == 1 and r.get("commit")
+                and r.get("cpu_seconds_per_block_mean") and r["shape"].split(" ")[0] in ("135M", "360M", "1.1B")]
+        if not mine:
+            continue
+        newest = mine[-1]["commit"]
+        points = {}
+        for r in mine:
+            if r["commit"] == newest:
+                points[r["shape"].split(" ")[0]] = (block_parameters(r["shape"]), r["cpu_seconds_per_block_mean"])
+        if len(points) < 2:
+            continue
+        xs = [math.log(p) for p, _ in points.values()]
+        ys = [math.log(t) for _, t in points.values()]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        fits[method] = (sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs),
+                        newest, points)
+    lines = []
+    for method, (slope, commit, points) in fits.items():
+        lines.append(f"- {method} (at {commit}): CPU s per block ∝ block parameters^{slope:.2f} over "
+                     f"{len(points)} shapes ({', '.join(f'{k}: {p / 1e6:.1f}M, {t:.2f} s' for k, (p, t) in points.items())}).")
+    if len(fits) == 2:
+        lines.append(f"- OBR's per-block exponent minus GPTQ's: {fits['obr'][0] - fits['gptq'][0]:+.2f}.")
     return lines
 
 
