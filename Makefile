@@ -17,7 +17,7 @@ CONSTRAINTS := constraints.txt
 DEPS_SIG := $(VENV)/.deps-$(shell printf '%s' '$(DEPS) $(NO_DEPS)' | sha1sum | cut -c1-12)
 APT := libusb-1.0-0
 
-.PHONY: install demo test lint clean-ext gpu-check gpu-wheels obr-cpu
+.PHONY: install demo test lint clean-ext gpu-check gpu-wheels obr-cpu bench-scale bench-obr-solvers
 
 $(DEPS_SIG):
 	@mkdir -p $(VENV) && rm -f $(VENV)/.deps-* && touch $@
@@ -73,7 +73,7 @@ clean-ext:
 	rm -f toolkit/_C*.so $(EXT_STAMP)
 
 # GPU path check on a CUDA machine (python3 with a CUDA torch, nvcc, ninja; the other packages from wheels/):
-#   OUT=<dir> make gpu-check     -> <dir>/gpu-check.json (steps in scripts/gpu-check.sh, <= 8 minutes on an H200)
+#   OUT=<dir> make gpu-check     -> <dir>/gpu-check.json (steps in scripts/gpu-check.sh, <= 10 minutes on an H200)
 gpu-check:
 	bash scripts/gpu-check.sh
 
@@ -102,5 +102,16 @@ gpu-wheels:
 
 # Scale benchmark (issue 25): random-weight 135M/360M/1.1B Llama shapes compressed with per-block onloading, the 7B
 # plan + one measured block, a streamed 3-way 1.1B merge -> examples/scale/results.json + RESULTS.md (hours on 2 cores).
+# One thread per run (issue 42: CPU seconds and OBR/GPTQ ratios from one run); BENCH_SCALE_ARGS replaces the flags,
+# e.g. BENCH_SCALE_ARGS="--shapes 1.1B --layers 2 --methods gptq,obr --threads 1 --skip-7b --skip-merge".
+BENCH_SCALE_ARGS ?= --threads 1
 bench-scale: install
-	nice -n 10 $(PY) examples/scale/bench.py
+	nice -n 10 $(PY) examples/scale/bench.py $(BENCH_SCALE_ARGS)
+
+# OBR's restoration solvers compared on the same layers (issue 42): capture the problems of a few blocks from real
+# runs (SmolLM2-135M rotated, 16 x 256 tokens; random-weight 135M/360M/1.1B shapes, 8 x 512 tokens), run every
+# candidate against the float64 Cholesky solution, then the GPU plan -> examples/scale/results.json + RESULTS.md.
+# DATA is WikiText-2 (valid.txt) for SmolLM2's calibration. About 1-2 CPU hours on one thread.
+DATA ?= ../shared/data
+bench-obr-solvers: install
+	bash examples/scale/solvers.sh

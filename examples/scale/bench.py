@@ -79,8 +79,13 @@ def child_compress(model: str, method: str, out: str, threads: str = "0") -> dic
     batched = config.fused_calibration_fits(NSAMPLES, SEQLEN, block_dims(view_of(meta)))
     plan = plan_memory(model, nsamples=NSAMPLES, seqlen=SEQLEN, runtime_bytes=baseline, batched=batched)
     ctx = RunContext(out=Path(out), quiet=True)
+    solves = record_obr_solves() if method == "obr" else None
     started, cpu_started = time.perf_counter(), time.process_time()
-    run_compress(config, ctx)
+    try:
+        run_compress(config, ctx)
+    finally:
+        if solves is not None:
+            solves.restore()
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     per_block = ctx.metrics["seconds_per_block"]
     return {"seconds": round(seconds, 1), "seconds_per_block": per_block, "cpu_seconds": round(cpu_seconds, 1),
@@ -90,7 +95,50 @@ def child_compress(model: str, method: str, out: str, threads: str = "0") -> dic
             "parameters": plan["parameters"],
             "output_mb": round(dir_bytes(Path(out) / "model") / MB, 1), "threads": torch.get_num_threads(),
             "calibration": ctx.metrics.get("calibration"),
-            "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_")}
+            "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
+            **({"solver_per_block": solves.per_block(len(per_block))} if solves is not None else {})}
+
+
+class record_obr_solves:  # noqa: N801 - used like a function
+    """Wraps toolkit.compress.obr.obr_quantize for one run: every linear's restoration SolveStats, in call order
+    (the pipeline compresses the blocks one after another, each block's linears together)."""
+
+    def __init__(self):
+        import toolkit.compress.obr as module
+
+        self.module, self.original, self.linears = module, module.obr_quantize, []
+
+        def recorded(*args, **kwargs):
+            stats: list = []
+            result = self.original(*args, stats=stats, **kwargs)
+            self.linears.append(stats)
+            return result
+
+        module.obr_quantize = recorded
+
+    def restore(self) -> None:
+        self.module.obr_quantize = self.original
+
+    def per_block(self, blocks: int) -> list[dict]:
+        """Per block: CG iterations (pruning solve, quantization solve, summed over the linears), CPU seconds of
+        the restoration, in the products with H, the preconditioner and its set-up, the largest relative residual
+        and estimated loss excess at the stop."""
+        if not blocks or len(self.linears) % blocks:
+            return []
+        size = len(self.linears) // blocks
+        out = []
+        for b in range(blocks):
+            group = self.linears[b * size:(b + 1) * size]
+            solves = [s for stats in group for s in stats]
+            out.append({"iterations": [sum(stats[0].iterations for stats in group if stats),
+                                       sum(stats[1].iterations for stats in group if len(stats) > 1)],
+                        "restoration_s": round(sum(s.seconds for s in solves), 3),
+                        "product_s": round(sum(s.product_seconds for s in solves), 3),
+                        "preconditioner_s": round(sum(s.preconditioner_seconds for s in solves), 3),
+                        "setup_s": round(sum(s.setup_seconds for s in solves), 3),
+                        "max_residual": max((s.residual for s in solves), default=None),
+                        "max_excess": max((s.excess for s in solves if s.excess is not None), default=None)})
+        return out
 
 
 def child_merge(models: str, out: str) -> dict:
@@ -107,6 +155,18 @@ def child_merge(models: str, out: str) -> dict:
     return {"seconds": round(time.perf_counter() - started, 1), "peak_rss_mb": round(peak_rss_bytes() / MB),
             "baseline_rss_mb": round(baseline / MB), "streamed": ctx.metrics.get("streamed"),
             "output_mb": round(dir_bytes(Path(out) / "model") / MB, 1)}
+
+
+def commit() -> str:
+    """The working tree's commit (+ "-dirty" when its code differs from it): every row carries it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "toolkit", "cli", "examples/scale/bench.py"],
+                               cwd=HERE.parents[1]).returncode != 0  # code only: results.json changes as rows land
+        return head + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def run_child(*args: str) -> dict:
@@ -197,7 +257,9 @@ def main() -> None:
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
             row = {"shape": label, "method": method,
-                   "params": written.get(name, {}).get("parameters") or result.pop("parameters", None), **result}
+                   "params": written.get(name, {}).get("parameters") or result.pop("parameters", None), **result,
+                   "commit": commit(), "command": " ".join(["python", "examples/scale/bench.py", *sys.argv[1:]]),
+                   "note": args.note}
             row.pop("parameters", None)
             per_block = result["seconds_per_block"]
             row["seconds_per_block_mean"] = round(sum(per_block) / len(per_block), 2)
@@ -261,6 +323,7 @@ def fit_lines(rows: list[dict]) -> list[str]:
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
         lines.append(f"- {method}: CPU seconds ∝ parameters^{slope:.2f} over {len(points)} shapes "
                      f"({', '.join(f'{p / 1e6:.0f}M: {t:.0f} s' for p, t in sorted(points))}).")
+    lines += per_block_fit_lines(rows)
     for r in rows:
         blocks = r.get("cpu_seconds_per_block") or []
         if len(blocks) >= 4:
@@ -268,6 +331,49 @@ def fit_lines(rows: list[dict]) -> list[str]:
             first, second = sum(blocks[:half]) / half, sum(blocks[half:]) / (len(blocks) - half)
             lines.append(f"- {r['shape']} {r['method']}: CPU s/block first half {first:.2f}, second half "
                          f"{second:.2f} (min {min(blocks):.2f}, max {max(blocks):.2f}).")
+    return lines
+
+
+def block_parameters(shape: str) -> int:
+    """Weights of one decoder block's linears of a synthetic shape ("1.1B (2 blocks)" reads as "1.1B")."""
+    from toolkit.models.synthetic import SHAPES
+
+    c = SHAPES[shape.split(" ")[0]]
+    h, i, heads = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"]
+    kv = c.get("num_key_value_heads", heads) * (h // heads)
+    return 2 * h * h + 2 * h * kv + 3 * h * i
+
+
+def per_block_fit_lines(rows: list[dict]) -> list[str]:
+    """Per method: b in CPU s per block ∝ (block parameters)^b over the shapes measured with one thread at the same
+    commit as the newest row of that method (full-depth or `--layers` rows: the per-block cost does not depend on
+    depth), and the OBR/GPTQ gap in exponents."""
+    import math
+
+    fits = {}
+    for method in ("gptq", "obr"):
+        mine = [r for r in rows if r["method"] == method and r.get("threads") == 1 and r.get("commit")
+                and r.get("cpu_seconds_per_block_mean") and r["shape"].split(" ")[0] in ("135M", "360M", "1.1B")]
+        if not mine:
+            continue
+        newest = mine[-1]["commit"]
+        points = {}
+        for r in mine:
+            if r["commit"] == newest:
+                points[r["shape"].split(" ")[0]] = (block_parameters(r["shape"]), r["cpu_seconds_per_block_mean"])
+        if len(points) < 2:
+            continue
+        xs = [math.log(p) for p, _ in points.values()]
+        ys = [math.log(t) for _, t in points.values()]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        fits[method] = (sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs),
+                        newest, points)
+    lines = []
+    for method, (slope, commit, points) in fits.items():
+        lines.append(f"- {method} (at {commit}): CPU s per block ∝ block parameters^{slope:.2f} over "
+                     f"{len(points)} shapes ({', '.join(f'{k}: {p / 1e6:.1f}M, {t:.2f} s' for k, (p, t) in points.items())}).")
+    if len(fits) == 2:
+        lines.append(f"- OBR's per-block exponent minus GPTQ's: {fits['obr'][0] - fits['gptq'][0]:+.2f}.")
     return lines
 
 
@@ -308,10 +414,140 @@ def write_markdown(data: dict) -> None:
     fits = fit_lines(rows)
     if fits:
         lines += ["", "Cost growth (computed from the rows above):", "", *fits]
+    ratios = ratio_lines(rows)
+    if ratios:
+        lines += ["", "OBR / GPTQ per block (issue 42; CPU seconds per block, same shape, one thread):", "", *ratios]
     notes = data.get("notes", [])
     if notes:
         lines += ["", *notes]
+    lines += solver_section(data.get("solver_study", {}))
+    lines += gpu_plan_section(data.get("gpu_plan", {}))
+    if data.get("notes_issue42"):
+        lines += ["", *data["notes_issue42"]]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
+
+
+def ratio_lines(rows: list[dict]) -> list[str]:
+    """OBR's CPU seconds per block over GPTQ's for each shape measured with both (rows of the same label)."""
+    out = []
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        pair = {r["method"]: r for r in rows if r["shape"] == shape and r.get("cpu_seconds_per_block_mean")}
+        if "obr" in pair and "gptq" in pair:
+            o, g = pair["obr"], pair["gptq"]
+            line = (f"- {shape}: OBR {o['cpu_seconds_per_block_mean']} / GPTQ {g['cpu_seconds_per_block_mean']} "
+                    f"= **{o['cpu_seconds_per_block_mean'] / g['cpu_seconds_per_block_mean']:.2f}x** "
+                    f"(OBR at {o.get('commit', '?')}, GPTQ at {g.get('commit', '?')}; OBR peak RSS "
+                    f"{o.get('peak_rss_mb')} MB, planned {o.get('planned_mb')} MB)")
+            solver = o.get("solver_per_block") or []
+            if solver:
+                n = len(solver)
+                line += (f"; per block, mean over {n}: restoration {sum(b['restoration_s'] for b in solver) / n:.2f} "
+                         f"CPU s ({sum(b['product_s'] for b in solver) / n:.2f} in products with H, "
+                         f"{sum(b['preconditioner_s'] + b['setup_s'] for b in solver) / n:.2f} preconditioner + "
+                         f"set-up), CG iterations {sum(b['iterations'][0] for b in solver) / n:.0f} + "
+                         f"{sum(b['iterations'][1] for b in solver) / n:.0f} over its linears, max residual "
+                         f"{max(b['max_residual'] for b in solver):.1e}, max loss excess "
+                         f"{max(b['max_excess'] for b in solver):.1e}")
+            out.append(line)
+    return out
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.1e}"
+
+
+def solver_section(study: dict) -> list[str]:
+    """The restoration solvers compared on the same layers (examples/scale/solvers_study.py rows)."""
+    rows = [r for r in study.get("rows", []) if "restoration_cpu_s" in r]
+    if not rows:
+        return []
+    import statistics
+
+    from solvers_study import CANDIDATE_NOTES, DEFAULT
+
+    lines = ["", "## OBR restoration solvers on the same layers (issue 42)", "",
+             "Every candidate runs OBR_GPTQ's two restoration solves (pruning compensation, then quantization "
+             "compensation) on problems captured from real runs (`examples/scale/capture.py`: W, the damped H, "
+             "the Wanda mask, the scales), one thread, CPU seconds. *Restoration excess*: the pruning solve's layer "
+             "loss Σ δᵀHδ over the float64 Cholesky optimum (≥ 0). *Final Δ*: the layer loss tr((W − Ŵ)H(W − Ŵ)ᵀ) "
+             "after OBR_GPTQ against OBR_GPTQ on the exact restoration (either sign: rounding decides; the exact "
+             "solvers themselves differ by ~1e-4 there). Speed-ups are ratios of the summed restoration seconds. "
+             f"**{DEFAULT}** is what `compress obr` runs (`solver=cg`, `solver_tol=1e-3`).", ""]
+    for label in dict.fromkeys(r["set"] for r in rows):
+        subset = [r for r in rows if r["set"] == label]
+        by = {}
+        for r in subset:
+            by.setdefault(r["candidate"], []).append(r)
+        total = {name: sum(r["restoration_cpu_s"] for r in rs) for name, rs in by.items()}
+        first = subset[0]
+        lines += [f"### {label}", "",
+                  f"{len({r['linear'] for r in subset})} linears, {first['rows']} rows each at most "
+                  f"(`{study.get('commands', {}).get(label, '')}`); unique row masks: "
+                  f"{min(r['unique_masks'] for r in subset)}–{max(r['unique_masks'] for r in subset)} of the rows "
+                  "(no two rows share a mask: grouping equal masks saves nothing).", "",
+                  "| candidate | restoration CPU s | × vs Cholesky | × vs Jacobi r1e-4 (before) | CG iterations "
+                  "(solve 1 / 2, mean) | products share | worst restoration excess | final Δ mean (worst) |",
+                  "|---|---:|---:|---:|---|---:|---:|---|"]
+        for name, rs in by.items():
+            seconds = total[name]
+            vs_chol = f"{total['cholesky'] / seconds:.1f}" if "cholesky" in total and seconds else "-"
+            vs_old = f"{total['jacobi-r1e-4'] / seconds:.1f}" if "jacobi-r1e-4" in total and seconds else "-"
+            iters = (f"{statistics.mean(r['iterations'][0] for r in rs):.1f} / "
+                     f"{statistics.mean(r['iterations'][1] for r in rs):.1f}") if rs[0]["iterations"][0] else "-"
+            share = f"{sum(r['product_s'] for r in rs) / seconds:.2f}" if rs[0]["iterations"][0] and seconds else "-"
+            worst = max(rs, key=lambda r: abs(r["final_loss_diff"]))["final_loss_diff"]
+            mean = statistics.mean(r["final_loss_diff"] for r in rs)
+            bold = "**" if name == DEFAULT else ""
+            lines.append(f"| {bold}{name}{bold} | {seconds:.2f} | {vs_chol} | {vs_old} | {iters} | {share} | "
+                         f"{_signed(max(r['restoration_excess'] for r in rs))} | {_signed(mean)} ({_signed(worst)}) |")
+        default = by.get(DEFAULT, [])
+        if default:
+            lines += ["", f"Per linear, {DEFAULT} (seconds: products with H / preconditioner / set-up / the rest "
+                          "(right-hand sides, vector updates); residual ‖r‖/‖rhs‖ reached, max over rows):", "",
+                      "| linear | rows x columns | iterations | restoration s | products | preconditioner | set-up | "
+                      "rest | residual (solve 1 / 2) | excess | final Δ | GPTQ s (same layer) |",
+                      "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+            blocks: dict[str, list[dict]] = {}
+            for r in default:
+                blocks.setdefault(r["linear"][:3], []).append(r)
+                rest = r["restoration_cpu_s"] - r["product_s"] - r["preconditioner_s"] - r["setup_s"]
+                lines.append(f"| {r['linear']} | {r['rows']} x {r['columns']} | {r['iterations'][0]} / "
+                             f"{r['iterations'][1]} | {r['restoration_cpu_s']:.3f} | {r['product_s']:.3f} | "
+                             f"{r['preconditioner_s']:.3f} | {r['setup_s']:.3f} | {rest:.3f} | "
+                             f"{r['residual'][0]:.1e} / {r['residual'][1]:.1e} | {_signed(r['restoration_excess'])} | "
+                             f"{_signed(r['final_loss_diff'])} | {r['gptq_layer_cpu_s']:.3f} |")
+            lines += ["", "Per block (sums over its linears): " + "; ".join(
+                f"{b}: restoration {sum(r['restoration_cpu_s'] for r in rs):.2f} s ({sum(r['product_s'] for r in rs):.2f} "
+                f"in products), {sum(r['iterations'][0] for r in rs)} + {sum(r['iterations'][1] for r in rs)} "
+                f"iterations; Jacobi r1e-4: {sum(r['restoration_cpu_s'] for r in by.get('jacobi-r1e-4', []) if r['linear'][:3] == b):.2f} s"
+                for b, rs in blocks.items()), ""]
+    lines += ["Candidates:", "", *[f"- `{name}`: {text}" for name, text in CANDIDATE_NOTES.items()]]
+    return lines
+
+
+def gpu_plan_section(plan: dict) -> list[str]:
+    rows = plan.get("rows", [])
+    if not rows:
+        return []
+    h200, eff = plan["h200"], plan["efficiency"]
+    lines = ["", "## Plan for 7B-235B on GPUs — a PROJECTION, not a measurement (issue 42)", "",
+             "`examples/scale/gpu_plan.py`: operation counts of what the code runs (its docstring lists them), "
+             f"128 x 2048 calibration tokens, the CG iterations measured on this CPU ({plan['iterations_from']}: "
+             f"{rows[0]['iterations'][0]} / {rows[0]['iterations'][1]} for the two solves), and the H200's data-sheet "
+             f"peaks: FP32 {h200['fp32_tflops']} TFLOPS (the solves: torch keeps TF32 off), BF16 "
+             f"{h200['bf16_tflops']} TFLOPS (the calibration forward), {h200['memory_gb']} GB. Assumed efficiencies: "
+             f"GEMM-shaped work {eff['gemm']:.0%}, Cholesky/inverse {eff['factor']:.0%}, forward {eff['forward']:.0%}; "
+             f"each GPTQ column step {plan['column_step_s'] * 1e6:.0f} µs of kernel launches. No GPU was lent: "
+             "`make gpu-check` (scripts/obr_block_check.py) measures a 7B-shaped block the first time one is.", "",
+             "| shape | blocks | linears/block | GPTQ TFLOP/block | OBR TFLOP/block | GPTQ s/block | OBR s/block | "
+             "OBR/GPTQ | GPTQ h/model | OBR h/model | OBR solve peak GB | GPTQ solve peak GB | exact Cholesky, "
+             "all rows GB |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['shape']} | {r['blocks']} | {r['linears_per_block']} | {r['gptq_tflop_per_block']} | "
+                     f"{r['obr_tflop_per_block']} | {r['gptq_s_per_block']} | {r['obr_s_per_block']} | "
+                     f"{r['obr_over_gptq']} | {r['gptq_h_model']} | {r['obr_h_model']} | {r['obr_solve_peak_gb']} | "
+                     f"{r['gptq_solve_peak_gb']} | {r['cholesky_all_rows_gb']} |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def test_quick_run_on_cpu_writes_every_section(tmp_path):
     assert set(result["compiled_kernels"]) >= {"int4_gemm", "w4a16_gemm", "ternary_conv2d_sign"}
 
 
-def test_gpu_check_script_parses_and_its_step_limits_fit_eight_minutes():
+def test_gpu_check_script_parses_and_its_step_limits_fit_one_device_command():
     import re
     import subprocess
 
@@ -37,6 +37,7 @@ def test_gpu_check_script_parses_and_its_step_limits_fit_eight_minutes():
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     limits = [int(x) for line in re.findall(r"^step \w+ (\S+)", script.read_text(), re.M)
               for x in re.findall(r"\d+", line)]
-    assert len(limits) == 8 and sum(limits) <= 480, limits
+    # nine steps (issue 42 added obr_block) within the 10 minutes one device command may run, with room to finish
+    assert len(limits) == 9 and sum(limits) <= 580, limits
     makefile = (ROOT / "Makefile").read_text()
     assert "gpu-check:" in makefile and "bash scripts/gpu-check.sh" in makefile and "gpu-wheels:" in makefile

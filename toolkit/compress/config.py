@@ -223,16 +223,13 @@ class ObrConfig(MaskedConfig):
     alpha: float = Field(0.5, ge=0, le=1, description="Share of input columns (by position) whose quantization error is "
                                           "compensated in closed form, [0, 1].")
     mode: Literal["gptq", "rtn"] = Field("gptq", description="Final quantizer: gptq (OBR_GPTQ) | rtn (OBR_RTN).")
-    # how the per-row systems H_RR x = b are solved: batched preconditioned conjugate gradients (one GEMM per
-    # iteration for all rows, to a 1e-4 relative residual in float32) or an exact batched Cholesky per row
+    # how the per-row systems H_RR x = b are solved (toolkit/compress/solvers.restricted_solve): cg = conjugate
+    # gradients on all rows at once, preconditioned by a deflation model of H (its top eigenvectors, issue 42),
+    # stopped when the layer loss is within solver_tol (relative) of its optimum; cholesky = exact, one batched
+    # Cholesky of H_RR per row (~8-10x slower on SmolLM2's down_proj, examples/scale/RESULTS.md)
     solver: Literal["cg", "cholesky"] = "cg"
+    solver_tol: float = Field(1e-3, gt=0, lt=1)
 
-    @field_validator("alpha")
-    @classmethod
-    def _alpha(cls, value: float) -> float:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {value}")
-        return value
 
 class BenchConfig(BaseConfig):
     """`iclrkit compress bench`: the INT4 kernels (OBR, https://arxiv.org/abs/2509.11177; official repo csguoh/OBR)

@@ -11,8 +11,9 @@ grids, which travel with their columns."""
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,6 +21,15 @@ from toolkit.compress.masks import check_sparsity
 from toolkit.compress.quant import quantize_rows
 from toolkit.core.errors import RunError
 from toolkit.linalg.hessian import damped_cholesky
+from toolkit.linalg.restricted import (
+    Deflation,
+    SolveStats,
+    auto_rank,
+    deflation_basis,
+    factor_rows,
+    masked_pcg,
+    padded_indices,
+)
 
 
 @dataclass
@@ -30,10 +40,25 @@ class DampedHessian:
     L: torch.Tensor
     damp: float
     dead: torch.Tensor
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def inverse(self) -> torch.Tensor:
+        """H⁻¹ (from the Cholesky factor; computed once and shared by GPTQ and the restoration solves)."""
+        if "inverse" not in self.cache:
+            self.cache["inverse"] = torch.cholesky_inverse(self.L)
+        return self.cache["inverse"]
 
     def inverse_upper(self) -> torch.Tensor:
         """Upper Cholesky factor U of H⁻¹ (H⁻¹ = UᵀU): row i of U gives GPTQ's update once columns < i are fixed."""
-        return torch.linalg.cholesky(torch.cholesky_inverse(self.L), upper=True)
+        return torch.linalg.cholesky(self.inverse(), upper=True)
+
+    def deflation(self, rank: int = 64) -> Deflation:
+        """The low-rank + shift model of the Jacobi-scaled H the restoration's CG preconditions with (computed
+        once per rank; a solve truncates it to its own rank)."""
+        key = ("deflation", rank)
+        if key not in self.cache:
+            self.cache[key] = deflation_basis(self.H, rank)
+        return self.cache[key]
 
     def permuted(self, order: torch.Tensor) -> DampedHessian:
         """The same damped H with rows and columns in `order` (its Cholesky factor recomputed)."""
@@ -160,84 +185,128 @@ def sparsegpt_then_gptq(W: torch.Tensor, hessian: DampedHessian, bits: int, spar
     return out, keep, grid
 
 
-def _padded_indices(select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, the selected column indices first (ascending), padded to the row maximum; plus a validity mask."""
-    counts = select.sum(dim=1)
-    width = int(counts.max().item()) if select.numel() else 0
-    order = torch.argsort((~select).to(torch.int8), dim=1, stable=True)[:, :width]
-    valid = torch.arange(width, device=select.device).unsqueeze(0) < counts.unsqueeze(1)
-    return order, valid
-
-
 def _workers() -> int:
     return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-def _solve_rows(H, rhs_full, idx, valid, r0: int, r1: int):
-    ids, ok = idx[r0:r1], valid[r0:r1]
-    okf = ok.to(H.dtype)
-    system = H[ids.unsqueeze(2), ids.unsqueeze(1)] * okf.unsqueeze(2) * okf.unsqueeze(1)
-    system.diagonal(dim1=1, dim2=2).add_(1.0 - okf)
-    rhs = torch.gather(rhs_full[r0:r1], 1, ids) * okf
-    L, info = torch.linalg.cholesky_ex(system)
-    if (info != 0).any():
-        raise RunError("a restricted Hessian block H_RR is not positive definite", "raise percdamp")
-    # two triangular solves: several times faster than cholesky_solve for batched single right-hand sides
-    y = torch.linalg.solve_triangular(L, rhs.unsqueeze(2), upper=False)
-    x = torch.linalg.solve_triangular(L.transpose(1, 2), y, upper=True).squeeze(2) * okf
-    return r0, x, ids
+# restricted_solve's methods: "cg" (deflation-preconditioned, the default of `compress obr`), "cholesky" (exact), and
+# CG with the other preconditioners (compared in examples/scale/RESULTS.md)
+PRECONDITIONERS = {"cg": "deflation", "cg-jacobi": "jacobi", "cg-inverse": "inverse", "cg-block": "block-jacobi"}
+SOLVERS = ("cholesky", *PRECONDITIONERS)
 
 
 def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch.Tensor,
-                     max_bytes: int = 64 * 2**20, method: str = "cholesky", tol: float | None = None) -> torch.Tensor:
+                     max_bytes: int = 64 * 2**20, method: str = "cholesky", tol: float | None = None, *,
+                     deflation: Deflation | None = None, inverse: torch.Tensor | None = None,
+                     stop: str | None = None, rank: int | None = None, block: int = 64, window: int = 3,
+                     segments: list[int] | None = None,
+                     low_precision_setup: bool = False, obs: bool | None = None, cg_bytes: int = 256 * 2**20,
+                     product: str = "full", refresh: int = 0,
+                     stats: SolveStats | None = None) -> torch.Tensor:
     """Row by row, x_A = H_AA⁻¹ · H_AB · v_B for the row's own column sets A and B (boolean masks, rows × C);
-    returns x scattered into a rows × C tensor (zero outside A). Rows are solved in batches: each row's H_AA is
-    gathered, padded with an identity to the batch's largest |A|, and factored by one batched Cholesky."""
+    returns x scattered into a rows × C tensor (zero outside A). Only the columns some row selects take part:
+    H is cut to A's columns for the system and B's for the right-hand side (OBR's quantization solve lives in the
+    columns ≥ ⌊α·C⌋).
+
+    method: "cholesky" (exact: one batched Cholesky per chunk of rows; with complementary sets and |B| < |A| the
+    OBS identity x_A = −G_AB G_BB⁻¹ v_B factors the smaller side; `obs` True/False forces it on/off),
+    "cg" (deflation-preconditioned conjugate gradients stopped when the layer loss is within `tol` (default 1e-3,
+    relative) of its optimum: toolkit.linalg.restricted), "cg-jacobi" / "cg-inverse" / "cg-block" (the same CG
+    with the Jacobi preconditioner, the restriction of H⁻¹, or exact diagonal blocks of `block` columns). `stop="residual"` stops CG at ‖r‖ ≤ tol·‖rhs‖ instead (tol default 1e-4 in float32,
+    1e-10 in float64: the criterion before issue 42). `stats` (a SolveStats) records what the solve did."""
     rows, columns = A.shape
     out = torch.zeros(rows, columns, dtype=H.dtype, device=H.device)
     if not A.any() or not B.any():
         return out
-    rhs_full = (V.to(H.dtype) * B) @ H  # row c: Σ_{b∈B_c} v_cb H[b, :]  (H symmetric)
-    if method == "cg":
-        return masked_conjugate_gradient(H, A, rhs_full * A, tol)
-    idx, valid = _padded_indices(A)
+    VB = V.to(H.dtype) * B
+    cols_a = A.any(dim=0).nonzero().squeeze(1)
+    cols_b = B.any(dim=0).nonzero().squeeze(1)
+    full_a, full_b = len(cols_a) == columns, len(cols_b) == columns
+    if method == "cholesky":
+        smaller = int(B.sum(1).max()) < int(A.sum(1).max())
+        if obs is not False and torch.equal(B, ~A) and (obs or smaller):
+            return _obs_identity_solve(H, A, B, VB, max_bytes, inverse, stats)
+        rhs_full = VB @ H  # row c: Σ_{b∈B_c} v_cb H[b, :]  (H symmetric)
+        return _cholesky_rows(H, A, rhs_full, out, max_bytes, stats)
+    if method not in SOLVERS:
+        raise ValueError(f"unknown restricted solver {method!r} (one of {', '.join(SOLVERS)})")
+    # one product gives both the right-hand side (on A's columns) and each row's loss before the correction
+    part = VB[:, cols_b] @ (H[cols_b] if not full_b else H)  # [rows, C]
+    loss0 = (part[:, cols_b] * VB[:, cols_b]).sum(dim=1)
+    Ha = H if full_a else H[cols_a][:, cols_a]
+    rhs = part if full_a else part[:, cols_a]
+    Aa = A if full_a else A[:, cols_a]
+    preconditioner = PRECONDITIONERS[method]
+    stop = stop or "loss"
+    if tol is None:
+        tol = 1e-3 if stop == "loss" else (1e-10 if H.dtype == torch.float64 else 1e-4)
+    model = None
+    if preconditioner == "deflation":
+        rank = rank if rank is not None else auto_rank(len(cols_a))
+        model = (deflation if deflation is not None else deflation_basis(H, rank)).truncated(rank).restricted(
+            None if full_a else cols_a)
+    G = None
+    if preconditioner == "inverse":
+        G = inverse if inverse is not None else torch.cholesky_inverse(torch.linalg.cholesky(H))
+        G = G if full_a else G[cols_a][:, cols_a]
+    options = dict(tol=tol, stop=stop, preconditioner=preconditioner, deflation=model, rank=rank, inverse=G,
+                   block=block, window=window, low_precision_setup=low_precision_setup, product=product,
+                   refresh=refresh, stats=stats)
+    # rows in chunks whose CG work arrays (~12 of rows × |A's columns|) fit `cg_bytes`: each chunk meets the
+    # tolerance on its own loss (so the layer does), and its vectors stay in cache between the products
+    chunk = rows if segments else max(256, cg_bytes // (12 * Ha.shape[0] * Ha.element_size()))
+    for r0 in range(0, rows, chunk):
+        r1 = min(r0 + chunk, rows)
+        x = masked_pcg(Ha, Aa[r0:r1], rhs[r0:r1], loss0=loss0[r0:r1], segments=segments, **options)
+        if full_a:
+            out[r0:r1] = x
+        else:
+            out[r0:r1, cols_a] = x
+    return out
+
+
+def _cholesky_rows(H, A, rhs_full, out, max_bytes, stats):
+    """Exact: each row's H_AA gathered, padded with an identity to the chunk's largest |A|, factored by one batched
+    Cholesky; chunks of rows run on a thread each (torch's batched Cholesky factors one matrix after another and
+    its kernels drop the GIL)."""
+    started = time.process_time()
+    rows = A.shape[0]
+    idx, valid = padded_indices(A)
     width = idx.shape[1]
     chunk = max(1, max_bytes // max(1, width * width * H.element_size()))
     starts = range(0, rows, chunk)
-    # torch's batched Cholesky factors one matrix after another: chunks run on a thread each (kernels drop the GIL)
+
+    def solve(r0):
+        r1 = min(r0 + chunk, rows)
+        return r0, factor_rows(H, rhs_full[r0:r1], idx[r0:r1], valid[r0:r1]), idx[r0:r1]
+
     with ThreadPoolExecutor(max_workers=min(_workers(), len(starts))) as pool:
-        for r0, x, ids in pool.map(lambda r0: _solve_rows(H, rhs_full, idx, valid, r0, min(r0 + chunk, rows)), starts):
+        for r0, x, ids in pool.map(solve, starts):
             out[r0:r0 + x.shape[0]].scatter_(1, ids, x)
+    if stats is not None:
+        stats.method, stats.rows, stats.columns = "cholesky", rows, A.shape[1]
+        stats.seconds += time.process_time() - started
+        stats.extra["factor_size"] = width
+    return out
+
+
+def _obs_identity_solve(H, A, B, VB, max_bytes, inverse, stats):
+    """x_A = −G_AB (G_BB)⁻¹ v_B (G = H⁻¹, B = not A): the OBS form of the same minimiser, factoring |B| × |B|."""
+    started = time.process_time()
+    G = inverse if inverse is not None else torch.cholesky_inverse(torch.linalg.cholesky(H))
+    multipliers = torch.zeros_like(VB)
+    _cholesky_rows(G, B, VB, multipliers, max_bytes, None)
+    out = -(multipliers @ G) * A
+    if stats is not None:
+        stats.method, stats.rows, stats.columns = "cholesky-obs", A.shape[0], A.shape[1]
+        stats.seconds += time.process_time() - started
+        stats.extra["factor_size"] = int(B.sum(1).max())
     return out
 
 
 def masked_conjugate_gradient(H: torch.Tensor, A: torch.Tensor, rhs: torch.Tensor, tol: float | None = None,
                               max_iter: int | None = None) -> torch.Tensor:
-    """All rows at once, x_A = H_AA⁻¹ rhs_A by Jacobi-preconditioned conjugate gradients: one (rows × C) @ (C × C)
-    GEMM per iteration instead of a Cholesky of every row's H_AA, which is what makes OBR's cost close to GPTQ's on
-    wide layers. Rows stop once ‖r‖ ≤ tol·‖rhs‖ (default 1e-4 in float32, 1e-10 in float64); exact arithmetic would
-    finish in |A| steps, so max_iter defaults to C."""
+    """x_A = H_AA⁻¹ rhs_A for all rows by Jacobi-preconditioned CG to ‖r‖ ≤ tol·‖rhs‖ (default 1e-4 in float32,
+    1e-10 in float64): the solver before issue 42, kept for comparisons (toolkit.linalg.restricted.masked_pcg)."""
     tol = tol if tol is not None else (1e-10 if H.dtype == torch.float64 else 1e-4)
-    mask = A.to(H.dtype)
-    inverse_diagonal = mask / torch.diag(H).unsqueeze(0)
-    x = torch.zeros_like(rhs)
-    residual = rhs.clone()
-    z = residual * inverse_diagonal
-    direction = z.clone()
-    rz = (residual * z).sum(dim=1, keepdim=True)
-    target = (tol * rhs.norm(dim=1, keepdim=True)).square()
-    active = residual.square().sum(dim=1, keepdim=True) > target
-    for _ in range(max_iter or H.shape[0]):
-        if not active.any():
-            break
-        Hd = (direction @ H) * mask
-        curvature = (direction * Hd).sum(dim=1, keepdim=True)
-        step = torch.where(active, rz / torch.where(active, curvature, 1.0), 0.0)
-        x += step * direction
-        residual -= step * Hd
-        z = residual * inverse_diagonal
-        rz_next = (residual * z).sum(dim=1, keepdim=True)
-        direction = z + torch.where(active, rz_next / torch.where(active, rz, 1.0), 0.0) * direction
-        rz = rz_next
-        active = active & (residual.square().sum(dim=1, keepdim=True) > target)
-    return x
+    return masked_pcg(H, A, rhs, tol=tol, stop="residual", preconditioner="jacobi", max_iter=max_iter)

@@ -12,5 +12,5 @@ def obr(job):
 
     config, keep = job.config, job.mask
     out = obr_quantize(job.W, job.hessian, keep, job.scale, job.bits, config.alpha, config.mode, config.blocksize,
-                       config.solver)
+                       config.solver, tol=config.solver_tol if config.solver == "cg" else None)
     return out, keep, job.grid
