@@ -10,8 +10,11 @@ from types import ModuleType
 
 def load_script(path: Path, name: str) -> ModuleType:
     """A script that is not in a package (examples/*/x.py, scripts/x.py), imported from its file as module `name`."""
+    import sys
+
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve string annotations through the module's entry
     spec.loader.exec_module(module)
     return module
 

@@ -682,6 +682,32 @@ def _tokenizer_metadata(writer, tokenizer, vocab_size: int) -> None:
         writer.add_chat_template(template)
 
 
+def read_q4_0(path: Path) -> tuple[dict, dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+    """A GGUF file as written: (metadata {key: value}, {name: (codes int8 [..., cols] in [−8, 7], d float16
+    [..., cols/32])} for Q4_0 tensors, {name: float32 array} for the others), shapes in (rows, cols) order."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    metadata = {}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        value = field.contents()
+        metadata[key] = value
+    grids, floats = {}, {}
+    for t in reader.tensors:
+        shape = tuple(int(s) for s in reversed(t.shape))
+        if t.tensor_type == gguf.GGMLQuantizationType.Q4_0:
+            raw = np.asarray(t.data, dtype=np.uint8).reshape(*shape[:-1], shape[-1] // BLOCK, 18)
+            d = raw[..., :2].copy().view(np.float16)[..., 0]
+            qs = raw[..., 2:]
+            codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.int8) - 8
+            grids[t.name] = (codes.reshape(shape), d)
+        else:
+            floats[t.name] = np.asarray(t.data, dtype=np.float32).reshape(shape)
+    return metadata, grids, floats
+
+
 def read_gguf_weights(path: Path) -> dict[str, np.ndarray]:
     """{gguf tensor name: dequantized float32 array in (rows, cols) order} via gguf.GGUFReader (for checks)."""
     import gguf
