@@ -32,7 +32,8 @@ ROTATION_REFUSED = {a: "LayerNorm" for a in ("phi", "cohere", "starcoder2", "sta
 ROTATION_REFUSED.update({a: "post-norms" for a in ("gemma2", "gemma3_text", "gemma3", "olmo2", "exaone4")})
 ROTATION_REFUSED.update({a: "fused experts" for a in MOE})  # W4A4: expert activations live inside one forward
 GGUF_REFUSED = {"opt": "llama.cpp has no loader for opt", "gptj": "no loader or graph for it",
-                "qwen3_moe": "always renormalises the top-k routing weights"}  # (the tiny config's norm_topk_prob)
+                "qwen3_moe": "always renormalises the top-k routing weights",  # the tiny config's norm_topk_prob
+                "olmoe": "normalises k over the full hidden width"}  # the tiny config's grouped-query attention
 GGUF_ARCHS = tuple(a for a in ARCHITECTURES if a not in GGUF_REFUSED)
 EXPECTED_REFUSALS: dict[tuple[str, str], str] = {
     **{(a, "compress-w4a4kv4-rotated"): r for a, r in ROTATION_REFUSED.items()},

@@ -86,15 +86,58 @@ def _commit() -> str:
         return "unknown"
 
 
-def _tiny_model(arch: str, work: Path, tokenizer) -> Path:
+VARIANTS = {  # tiny configs as the real checkpoints of the architecture set them, where the tiny default differs
+    "olmoe@mha": ("olmoe", {"num_key_value_heads": 4}),  # OLMoE-1B-7B: no grouped-query attention
+    "qwen3_moe@norm_topk": ("qwen3_moe", {"norm_topk_prob": True}),  # Qwen3-MoE checkpoints renormalise top-k
+}
+
+
+def sharpen(model) -> None:
+    """Redraw the weights at the scale of a trained model (seeded): matrices N(0, 1/fan_in), token embeddings N(0, 1),
+    norm scales 1 + N(0, 0.2²) (Gemma's (1 + w): w ~ N(0, 0.2²)), biases N(0, 0.1²). transformers' 0.02 init leaves
+    attention near-uniform and logits ~0.5, where a wrong q/k row order or a missing norm offset would barely show."""
     import torch
 
-    from toolkit.models.tiny import build_tiny
+    from toolkit.models.view import is_norm, norm_info
 
-    directory = work / arch / "model"
+    generator = torch.Generator().manual_seed(0)
+    embed = model.get_input_embeddings().weight
+    offsets = {n: norm_info(n, m).offset for n, m in model.named_modules() if is_norm(m) and
+               getattr(m, "weight", None) is not None}
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            module = name.rsplit(".", 1)[0]
+            noise = torch.randn(param.shape, generator=generator)
+            if param is embed:
+                param.copy_(noise)
+            elif param.dim() >= 2:
+                fan_in = param.shape[0] if type(model.get_submodule(module)).__name__ == "Conv1D" else param.shape[-1]
+                param.copy_(noise / fan_in ** 0.5)
+            elif module in offsets and name.endswith("weight"):
+                param.copy_(1.0 - offsets[module] + 0.2 * noise)
+            else:
+                param.copy_(0.1 * noise)
+
+
+def _tiny_model(label: str, work: Path, tokenizer) -> Path:
+    import torch
+
+    from toolkit.models.tiny import build_tiny, tiny_config
+
+    directory = work / label / "model"
     if not (directory / "config.json").exists():
+        arch, overrides = VARIANTS.get(label, (label, {}))
         torch.manual_seed(0)
-        build_tiny(arch, len(tokenizer)).save_pretrained(directory)
+        model = build_tiny(arch, len(tokenizer))
+        if overrides:
+            import transformers
+
+            config = tiny_config(arch, len(tokenizer))
+            for key, value in overrides.items():
+                setattr(config, key, value)
+            model = transformers.AutoModelForCausalLM.from_config(config).eval()
+        sharpen(model)
+        model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
     return directory
 
@@ -275,7 +318,7 @@ def main(argv=None) -> int:
     from toolkit.models.tiny import ARCHITECTURES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archs", nargs="*", default=list(ARCHITECTURES))
+    parser.add_argument("--archs", nargs="*", default=[*ARCHITECTURES, *VARIANTS])
     parser.add_argument("--real", nargs="*", default=list(REAL), help="real models (zoo names or directories)")
     parser.add_argument("--no-real", action="store_true")
     parser.add_argument("--python", default=DEFAULT_PYTHON, help="the llama-cpp-python interpreter")

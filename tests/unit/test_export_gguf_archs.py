@@ -158,6 +158,7 @@ def _config(arch, **overrides):
     ("qwen3_moe", {"norm_topk_prob": False}, "always renormalises"),
     ("qwen2_moe", {"norm_topk_prob": True}, "never renormalises"),
     ("qwen2_moe", {"mlp_only_layers": [1]}, "dense MLP"),
+    ("olmoe", {"num_key_value_heads": 2}, "full hidden width"),
     ("smollm3", {"no_rope_layers": [1, 0, 1, 0]}, "every fourth layer"),
     ("exaone4", {"layer_types": ["sliding_attention", "full_attention"]}, "only for 64-layer"),
     ("falcon", {"alibi": True}, "ALiBi"),
@@ -172,7 +173,8 @@ def test_conventions_llama_cpp_hard_codes_are_checked_from_the_config(arch, over
     config = _config(arch, **overrides)
     with pytest.raises(BadInputError, match=fragment):
         check_architecture(config)
-    base = {"qwen3_moe": {"norm_topk_prob": True}}.get(arch, {})  # real Qwen3-MoE checkpoints renormalise
+    base = {"qwen3_moe": {"norm_topk_prob": True},  # as real Qwen3-MoE checkpoints (they renormalise)
+            "olmoe": {"num_key_value_heads": 4}}.get(arch, {})  # as OLMoE-1B-7B (no grouped-query attention)
     check_architecture(_config(arch, **base))  # the config without the change passes
 
 

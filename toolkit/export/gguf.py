@@ -70,7 +70,7 @@ LAYOUTS: dict[str, GgufLayout] = {  # keyed by llama.cpp's architecture name (to
     "qwen3": GgufLayout(),
     "qwen2moe": GgufLayout(keys=("expert_ff", "shared_ff"), checks=("every_block_moe",), moe_norm_topk=False),
     "qwen3moe": GgufLayout(keys=("expert_ff",), checks=("every_block_moe",), moe_norm_topk=True),
-    "olmoe": GgufLayout(moe_norm_topk=False),
+    "olmoe": GgufLayout(moe_norm_topk=False, checks=("k_norm_full_width",)),
     "phi3": GgufLayout(keys=("phi3_window", "rope_orig_ctx")),
     "phi2": GgufLayout(norm="layer", checks=("no_qk_layernorm",)),
     "gemma": GgufLayout(),
@@ -179,6 +179,14 @@ def _exaone4_window(text):
     return None
 
 
+def _k_norm_full_width(text):
+    heads, kv = text.num_attention_heads, getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    if kv != heads:
+        return (f"grouped-query attention ({kv} KV heads for {heads} query heads); llama.cpp's olmoe normalises k over "
+                "the full hidden width, so its k-norm cannot hold this model's narrower one")
+    return None
+
+
 def _falcon_parallel(text):
     if getattr(text, "alibi", False):
         return "ALiBi positions (alibi=True); llama.cpp's falcon uses RoPE"
@@ -198,6 +206,7 @@ CHECKS = {
     "nope_every_fourth": _nope_every_fourth,
     "exaone4_window": _exaone4_window,
     "falcon_parallel": _falcon_parallel,
+    "k_norm_full_width": _k_norm_full_width,
 }
 
 
