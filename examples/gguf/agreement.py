@@ -44,6 +44,8 @@ PROMPT_TEXTS = ["The history of the city begins in the early years of the centur
                 "In mathematics, a function is a rule that assigns to each input",
                 "The river flows through the valley and into the sea, where the",
                 "After the war the company built new factories and hired workers"]
+TOKENIZER_TEXTS = [*PROMPT_TEXTS, "In 1969, 12345 people paid $3.50 each.", "  two  spaces\nand a new line\n\n",
+                   "Café, naïve, 東京 and emoji 🙂!", "don't won't it's", "x=f(y)+2*z; // code"]
 LLAMACPP = r"""
 import json, sys
 import numpy as np
@@ -51,7 +53,8 @@ from llama_cpp import Llama
 spec = json.loads(sys.stdin.read())
 llm = Llama(model_path=spec["gguf"], n_ctx=spec["n_ctx"], n_batch=spec["n_ctx"], n_threads=1, logits_all=True,
             verbose=False, seed=0)
-out = {"logits": [], "greedy": [], "vocab": llm.n_vocab()}
+out = {"logits": [], "greedy": [], "vocab": llm.n_vocab(),
+       "tokens": [llm.tokenize(t.encode("utf-8"), add_bos=True, special=False) for t in spec["texts"]]}
 for i, ids in enumerate(spec["prompts"]):
     llm.reset()
     llm.eval(ids)
@@ -196,7 +199,8 @@ def _fp16_weight(grid):
 def _llamacpp(gguf: Path, prompts: list[list[int]], new_tokens: int, python: str, work: Path, n_ctx: int):
     import numpy as np
 
-    spec = {"gguf": str(gguf), "prompts": prompts, "new_tokens": new_tokens, "work": str(work), "n_ctx": n_ctx}
+    spec = {"gguf": str(gguf), "prompts": prompts, "new_tokens": new_tokens, "work": str(work), "n_ctx": n_ctx,
+            "texts": TOKENIZER_TEXTS}
     done = subprocess.run([python, "-c", LLAMACPP], input=json.dumps(spec), capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
@@ -204,7 +208,7 @@ def _llamacpp(gguf: Path, prompts: list[list[int]], new_tokens: int, python: str
         raise RuntimeError(" | ".join(lines[-3:]) if lines else f"exit {done.returncode}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     logits = [np.load(work / f"llamacpp-{i}.npy") for i in range(len(prompts))]
-    return logits, result["greedy"]
+    return logits, result["greedy"], result["tokens"]
 
 
 def _leading(a: list[int], b: list[int]) -> int:
@@ -219,19 +223,33 @@ def _compare(ref_logits, ref_greedy, cpp_logits, cpp_greedy) -> dict:
 
     worst_abs = worst_rel = 0.0
     top1 = positions = 0
+    per_position = []  # max |diff| of each position relative to its prompt's max |logit|
     for ref, got in zip(ref_logits, cpp_logits):
         vocab = min(ref.shape[-1], got.shape[-1])  # llama.cpp's vocabulary may be the padded embedding rows
         ref, got = ref[:, :vocab], got[:ref.shape[0], :vocab]
         diff = float(np.abs(ref - got).max())
         worst_abs = max(worst_abs, diff)
         worst_rel = max(worst_rel, diff / float(np.abs(ref).max()))
+        per_position += list(np.abs(ref - got).max(-1) / float(np.abs(ref).max()))
         top1 += int((ref.argmax(-1) == got.argmax(-1)).sum())
         positions += ref.shape[0]
     leading = [_leading(a, b) for a, b in zip(ref_greedy, cpp_greedy)]
     total = sum(len(a) for a in ref_greedy)
     return {"max_abs_logit_diff": round(worst_abs, 6), "max_rel_logit_diff": round(worst_rel, 6),
+            "median_rel_logit_diff": round(float(np.median(per_position)), 6),
             "top1_agreement": round(top1 / positions, 4), "positions": positions,
             "greedy_leading_tokens": leading, "greedy_agreement": round(sum(leading) / max(total, 1), 4)}
+
+
+def _tokenizer_agreement(tokenizer, cpp_tokens: list[list[int]]) -> dict:
+    """llama.cpp's tokenisation of TOKENIZER_TEXTS (from the file's vocabulary metadata, BOS as it adds it) against
+    the transformers tokenizer's (special tokens as it adds them)."""
+    ours = [tokenizer(text)["input_ids"] for text in TOKENIZER_TEXTS]
+    same = [a == [int(t) for t in b] for a, b in zip(ours, cpp_tokens)]
+    first = next((i for i, ok in enumerate(same) if not ok), None)
+    return {"texts": len(same), "identical": sum(same),
+            "first_difference": None if first is None else {"text": TOKENIZER_TEXTS[first], "transformers": ours[first],
+                                                             "llama.cpp": cpp_tokens[first]}}
 
 
 def run_one(label: str, model: str, work: Path, python: str, new_tokens: int, length: int, calibration: Path,
@@ -266,7 +284,7 @@ def run_one(label: str, model: str, work: Path, python: str, new_tokens: int, le
     ref_logits, ref_greedy = _reference(out / "packed", prompts, new_tokens, fp16_scales=False)
     half_logits, half_greedy = _reference(out / "packed", prompts, new_tokens, fp16_scales=True)
     try:
-        cpp_logits, cpp_greedy = _llamacpp(gguf, prompts, new_tokens, python, out, n_ctx)
+        cpp_logits, cpp_greedy, cpp_tokens = _llamacpp(gguf, prompts, new_tokens, python, out, n_ctx)
     except RuntimeError as exc:
         row.update(status="llama.cpp failed", reason=str(exc)[-600:])
         return row
@@ -277,6 +295,7 @@ def run_one(label: str, model: str, work: Path, python: str, new_tokens: int, le
                vs_packed=_compare(ref_logits, ref_greedy, cpp_logits, cpp_greedy),
                vs_fp16_scales=_compare(half_logits, half_greedy, cpp_logits, cpp_greedy),
                fp16_scales_vs_packed=_compare(ref_logits, ref_greedy, half_logits, half_greedy),
+               tokenizer=_tokenizer_agreement(q.tokenizer, cpp_tokens),
                cpu_seconds=round(time.process_time() - started, 1))
     return row
 
@@ -293,17 +312,19 @@ def render(results: dict) -> str:
              "row scales are rounded to fp16 as the file stores them. llama.cpp's CPU Q4_0 kernels quantize "
              "activations to 8 bits (Q8_0) and keep the KV cache in fp16: differences of ~1e-3..1e-2 relative "
              "are its arithmetic, a layout error is O(1).", "",
-             "| model | llama.cpp arch | max abs diff | max rel diff | top-1 | greedy | vs fp16 scales: max abs | "
-             "top-1 | greedy |", "|---|---|---|---|---|---|---|---|---|"]
+             "| model | llama.cpp arch | max abs diff | max rel diff | median rel diff | top-1 | greedy | "
+             "vs fp16 scales: max abs | top-1 | greedy | tokenizer |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     refused = []
     for row in results["rows"]:
         if row["status"] != "ok":
             refused.append(row)
             continue
         a, b = row["vs_packed"], row["vs_fp16_scales"]
+        t = row["tokenizer"]
         lines.append(f"| {row['model']} | {row['architecture']} | {a['max_abs_logit_diff']:.3g} | "
-                     f"{a['max_rel_logit_diff']:.3g} | {a['top1_agreement']:.1%} | {a['greedy_agreement']:.1%} | "
-                     f"{b['max_abs_logit_diff']:.3g} | {b['top1_agreement']:.1%} | {b['greedy_agreement']:.1%} |")
+                     f"{a['max_rel_logit_diff']:.3g} | {a['median_rel_logit_diff']:.2g} | {a['top1_agreement']:.1%} | "
+                     f"{a['greedy_agreement']:.1%} | {b['max_abs_logit_diff']:.3g} | {b['top1_agreement']:.1%} | "
+                     f"{b['greedy_agreement']:.1%} | {t['identical']}/{t['texts']} |")
     if refused:
         lines += ["", "Not exported / not served (the reason as the command printed it):", ""]
         lines += [f"- {row['model']}: {row['status']}: {row['reason']}" for row in refused]

@@ -648,18 +648,36 @@ def _expert_tensors(name: str, tensor: torch.Tensor, grids: dict, view) -> list[
             (named(gguf.MODEL_TENSOR.FFN_UP_EXP), stacked.map_rows(lambda r: r[:, half:]))]
 
 
+def _tokenizer_kind(spec: dict) -> str:
+    """"bpe" (byte-level BPE: GPT-2, Llama 3, Qwen, SmolLM), "spm" (SentencePiece-style BPE over '▁' with byte
+    fallback: Llama 2, Gemma), or one BadInputError line."""
+    model = spec.get("model", {})
+    text = json.dumps({k: spec.get(k) for k in ("normalizer", "pre_tokenizer", "decoder")}, ensure_ascii=False)
+    if model.get("type") != "BPE":
+        raise BadInputError(f"GGUF export writes BPE vocabularies (byte-level or SentencePiece-style); this tokenizer "
+                            f"is {model.get('type')}", "use the packed or compressed-tensors export")
+    if '"ByteLevel"' in text:
+        return "bpe"
+    if model.get("byte_fallback") and "▁" in text:
+        return "spm"
+    raise BadInputError("GGUF export writes byte-level BPE or SentencePiece-style ('▁', byte-fallback) vocabularies; "
+                        "this BPE tokenizer is neither", "use the packed or compressed-tensors export")
+
+
 def _tokenizer_metadata(writer, tokenizer, vocab_size: int) -> None:
+    """The vocabulary as llama.cpp tokenizes it: byte-level BPE as tokenizer model "gpt2" (tokens, types, merges,
+    the pre-tokenizer by name), SentencePiece-style BPE as "llama" (tokens, types, and scores that order merges as
+    the BPE merge ranks do: the token a merge of rank r produces scores −r; byte tokens <0xXX> typed BYTE)."""
     import gguf
 
     from toolkit.models.tokens import bos_id
 
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
-        raise BadInputError("GGUF export needs a fast (tokenizers) byte-level BPE tokenizer")
+        raise BadInputError("GGUF export needs a fast (tokenizers) BPE tokenizer")
     spec = json.loads(backend.to_str())
-    model = spec.get("model", {})
-    if model.get("type") != "BPE":
-        raise BadInputError(f"GGUF export writes byte-level BPE vocabularies; this tokenizer is {model.get('type')}")
+    kind = _tokenizer_kind(spec)
+    model = spec["model"]
     vocab = dict(model["vocab"])
     special = {}
     for added in spec.get("added_tokens", []):
@@ -671,21 +689,45 @@ def _tokenizer_metadata(writer, tokenizer, vocab_size: int) -> None:
     for text, index in vocab.items():
         tokens[index] = text
         types[index] = int(gguf.TokenType.NORMAL)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    if kind == "spm":
+        produced: dict[str, float] = {}
+        for rank, merge in enumerate(model.get("merges", [])):
+            a, b = merge if not isinstance(merge, str) else merge.split(" ", 1)
+            produced.setdefault(a + b, -float(rank))
+        scores = [-1e9] * size  # a multi-character token no merge produces is never a merge result
+        for text, index in vocab.items():
+            scores[index] = produced.get(text, 0.0 if len(text) == 1 else -1e9)
+            if len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
+                types[index], scores[index] = int(gguf.TokenType.BYTE), 0.0
+        if model.get("unk_token") in vocab:
+            types[vocab[model["unk_token"]]] = int(gguf.TokenType.UNKNOWN)
     for index, is_special in special.items():
         types[index] = int(gguf.TokenType.CONTROL if is_special else gguf.TokenType.USER_DEFINED)
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    pre = json.dumps(spec.get("pre_tokenizer") or {})
-    writer.add_tokenizer_model("gpt2")
-    # llama.cpp picks the pre-tokenizer regex by name; SmolLM2 splits digits one by one ("smollm")
-    writer.add_tokenizer_pre("smollm" if '"individual_digits": true' in pre else "gpt-2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(merges)
+    if kind == "bpe":
+        pre = json.dumps(spec.get("pre_tokenizer") or {})
+        writer.add_tokenizer_model("gpt2")
+        # llama.cpp picks the pre-tokenizer regex by name; SmolLM2 splits digits one by one ("smollm")
+        writer.add_tokenizer_pre("smollm" if '"individual_digits": true' in pre else "gpt-2")
+        writer.add_token_list(tokens)
+        writer.add_token_types(types)
+        writer.add_token_merges(merges)
+    else:
+        rules = json.dumps([spec.get("normalizer"), spec.get("pre_tokenizer")], ensure_ascii=False)
+        prefix = '"Prepend"' in rules or ('"Metaspace"' in rules and '"prepend_scheme": "never"' not in rules
+                                          and '"add_prefix_space": false' not in rules)
+        writer.add_tokenizer_model("llama")
+        writer.add_tokenizer_pre("default")
+        writer.add_token_list(tokens)
+        writer.add_token_scores(scores)
+        writer.add_token_types(types)
+        writer.add_add_space_prefix(prefix)
     for name, value in (("bos", tokenizer.bos_token_id), ("eos", tokenizer.eos_token_id),
                         ("unk", tokenizer.unk_token_id), ("pad", tokenizer.pad_token_id)):
         if value is not None:
             getattr(writer, f"add_{name}_token_id")(int(value))
     writer.add_add_bos_token(bos_id(tokenizer) is not None)  # as the tokenizer encodes text (BOS first or not)
+    writer.add_add_eos_token(False)
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, str):
         writer.add_chat_template(template)
