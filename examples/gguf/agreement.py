@@ -9,7 +9,7 @@ stays free of it:
     .venv/bin/python examples/gguf/agreement.py --archs qwen2 gemma2 --no-real    # a few
 
 Per architecture of `toolkit.models.tiny.ARCHITECTURES` (tiny random models, seed 0, the architecture matrix's
-tokenizer) and per real model (`--real`, default zoo:smollm2-135m and zoo:gemma3-270m where cached):
+tokenizer) and per real model (`--real`: zoo:smollm2-135m by default; any checkpoint directory, e.g. the zoo's Gemma 3 270M):
 1. `iclrkit compress rtn --w-bits 4 --no-rotate --set export=gguf` (packed/ and gguf/ of the same run); an
    architecture the writer refuses is recorded with its one-line reason;
 2. the reference: iclrkit's packed model (`--model RUN/packed`, what iclrkit evaluates), and the same model with
@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -39,7 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 DEFAULT_PYTHON = str(ROOT / ".venv-llamacpp" / "bin" / "python")
-REAL = ("zoo:smollm2-135m", "zoo:gemma3-270m")
+REAL = ("zoo:smollm2-135m",)  # and any local checkpoint directory (--real DIR ...)
 PROMPT_TEXTS = ["The history of the city begins in the early years of the century, when",
                 "In mathematics, a function is a rule that assigns to each input",
                 "The river flows through the valley and into the sea, where the",
@@ -175,15 +176,19 @@ def _reference(packed: Path, prompts: list[list[int]], new_tokens: int, fp16_sca
                                                      None) is not None:
                     continue
                 view.set_weight(path, _fp16_weight(grid))
-    logits, greedy = [], []
+    logits, greedy, margins = [], [], []  # margins: the reference's top-1 minus top-2 logit at each greedy step
     with torch.no_grad():
         for ids in prompts:
             logits.append(model(torch.tensor([ids])).logits[0].float().numpy())
-            sequence = list(ids)
+            sequence, gaps = list(ids), []
             for _ in range(new_tokens):
-                sequence.append(int(model(torch.tensor([sequence])).logits[0, -1].argmax()))
+                next_logits = model(torch.tensor([sequence])).logits[0, -1].float()
+                top = next_logits.topk(2).values
+                sequence.append(int(next_logits.argmax()))
+                gaps.append(float(top[0] - top[1]))
             greedy.append(sequence[len(ids):])
-    return logits, greedy
+            margins.append(gaps)
+    return logits, greedy, margins
 
 
 def _fp16_weight(grid):
@@ -218,7 +223,7 @@ def _leading(a: list[int], b: list[int]) -> int:
     return n
 
 
-def _compare(ref_logits, ref_greedy, cpp_logits, cpp_greedy) -> dict:
+def _compare(ref_logits, ref_greedy, cpp_logits, cpp_greedy, margins=None) -> dict:
     import numpy as np
 
     worst_abs = worst_rel = 0.0
@@ -234,11 +239,14 @@ def _compare(ref_logits, ref_greedy, cpp_logits, cpp_greedy) -> dict:
         top1 += int((ref.argmax(-1) == got.argmax(-1)).sum())
         positions += ref.shape[0]
     leading = [_leading(a, b) for a, b in zip(ref_greedy, cpp_greedy)]
+    # where a greedy continuation first differs: the reference's margin between its top two logits there
+    split_margins = [round(m[n], 4) for n, m, a in zip(leading, margins or [], ref_greedy) if n < len(a)]
     total = sum(len(a) for a in ref_greedy)
     return {"max_abs_logit_diff": round(worst_abs, 6), "max_rel_logit_diff": round(worst_rel, 6),
             "median_rel_logit_diff": round(float(np.median(per_position)), 6),
             "top1_agreement": round(top1 / positions, 4), "positions": positions,
-            "greedy_leading_tokens": leading, "greedy_agreement": round(sum(leading) / max(total, 1), 4)}
+            "greedy_leading_tokens": leading, "greedy_agreement": round(sum(leading) / max(total, 1), 4),
+            "reference_top2_margin_where_greedy_splits": split_margins}
 
 
 def _tokenizer_agreement(tokenizer, cpp_tokens: list[list[int]]) -> dict:
@@ -258,7 +266,7 @@ def run_one(label: str, model: str, work: Path, python: str, new_tokens: int, le
 
     from toolkit.export.quantized import from_packed
 
-    out = work / label.replace(":", "-") / "run"
+    out = work / re.sub(r"[^A-Za-z0-9@._-]+", "-", label).strip("-") / "run"
     if out.exists():
         shutil.rmtree(out)
     args = ["compress", "rtn", "-m", model, "-d", calibration, "--w-bits", "4", "--a-bits", "16", "--kv-bits", "16",
@@ -281,8 +289,8 @@ def run_one(label: str, model: str, work: Path, python: str, new_tokens: int, le
     prompts = _prompts(q.tokenizer, length)
     text = getattr(q.model.config, "text_config", None) or q.model.config
     n_ctx = min(int(getattr(text, "max_position_embeddings", 0) or 2048), 512)
-    ref_logits, ref_greedy = _reference(out / "packed", prompts, new_tokens, fp16_scales=False)
-    half_logits, half_greedy = _reference(out / "packed", prompts, new_tokens, fp16_scales=True)
+    ref_logits, ref_greedy, ref_margins = _reference(out / "packed", prompts, new_tokens, fp16_scales=False)
+    half_logits, half_greedy, half_margins = _reference(out / "packed", prompts, new_tokens, fp16_scales=True)
     try:
         cpp_logits, cpp_greedy, cpp_tokens = _llamacpp(gguf, prompts, new_tokens, python, out, n_ctx)
     except RuntimeError as exc:
@@ -292,9 +300,9 @@ def run_one(label: str, model: str, work: Path, python: str, new_tokens: int, le
                gguf_notes=record["metrics"]["gguf"].get("notes", []),
                gguf_mb=record["metrics"]["gguf"]["size_mb"], prompts=len(prompts),
                prompt_tokens=[len(p) for p in prompts], new_tokens=new_tokens,
-               vs_packed=_compare(ref_logits, ref_greedy, cpp_logits, cpp_greedy),
-               vs_fp16_scales=_compare(half_logits, half_greedy, cpp_logits, cpp_greedy),
-               fp16_scales_vs_packed=_compare(ref_logits, ref_greedy, half_logits, half_greedy),
+               vs_packed=_compare(ref_logits, ref_greedy, cpp_logits, cpp_greedy, ref_margins),
+               vs_fp16_scales=_compare(half_logits, half_greedy, cpp_logits, cpp_greedy, half_margins),
+               fp16_scales_vs_packed=_compare(ref_logits, ref_greedy, half_logits, half_greedy, ref_margins),
                tokenizer=_tokenizer_agreement(q.tokenizer, cpp_tokens),
                cpu_seconds=round(time.process_time() - started, 1))
     return row
@@ -309,9 +317,14 @@ def render(results: dict) -> str:
              "model (4 prompts). Columns: max |logit difference| over every prompt position (absolute / relative "
              "to the prompt's max |logit|), top-1 agreement at every position, leading greedy tokens that agree "
              f"({results['new_tokens']} per prompt); `fp16 scales` compares llama.cpp with the packed model whose "
-             "row scales are rounded to fp16 as the file stores them. llama.cpp's CPU Q4_0 kernels quantize "
-             "activations to 8 bits (Q8_0) and keep the KV cache in fp16: differences of ~1e-3..1e-2 relative "
-             "are its arithmetic, a layout error is O(1).", "",
+             "row scales are rounded to fp16 as the file stores them; `tokenizer`: texts (of 9: the prompts, digits, "
+             "spaces and newlines, accents, CJK, emoji, code) that llama.cpp tokenises from the file's vocabulary "
+             "exactly as the transformers tokenizer does. llama.cpp's CPU Q4_0 kernels quantize activations to 8 "
+             "bits (Q8_0) and keep the KV cache in fp16: per-position differences of ~1e-3..3e-2 relative are its "
+             "arithmetic; isolated larger ones in MoE rows are routing flips at near-tied router scores. A layout "
+             "error is O(0.1..1) at every position (tiny models' weights are drawn at a trained model's scale for "
+             "this: with transformers' 0.02 init a wrong q/k row order changed the logits by only ~1%; with it, "
+             "by 33% relative and 42% of top-1 on Llama).", "",
              "| model | llama.cpp arch | max abs diff | max rel diff | median rel diff | top-1 | greedy | "
              "vs fp16 scales: max abs | top-1 | greedy | tokenizer |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     refused = []
@@ -328,6 +341,13 @@ def render(results: dict) -> str:
     if refused:
         lines += ["", "Not exported / not served (the reason as the command printed it):", ""]
         lines += [f"- {row['model']}: {row['status']}: {row['reason']}" for row in refused]
+    splits = [(row["model"], row["vs_packed"]) for row in results["rows"] if row["status"] == "ok"
+              and row["vs_packed"]["reference_top2_margin_where_greedy_splits"]]
+    if splits:
+        lines += ["", "Where a greedy continuation first differs, the packed model's margin between its two best "
+                  "logits at that step (compare with the row's max abs diff):", ""]
+        lines += [f"- {model}: margins {a['reference_top2_margin_where_greedy_splits']} (max abs diff "
+                  f"{a['max_abs_logit_diff']:.3g})" for model, a in splits]
     notes = [(row["model"], n) for row in results["rows"] for n in row.get("gguf_notes", [])]
     if notes:
         lines += ["", "Export notes (also in each export's README.md):", ""]

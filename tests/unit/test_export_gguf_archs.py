@@ -209,3 +209,61 @@ def test_every_layout_is_a_llama_cpp_architecture():
                        "gemma2", "gemma3_text", "gemma3", "olmo2", "granite", "cohere", "starcoder2", "stablelm",
                        "smollm3", "exaone4", "falcon", "gpt_neox", "gpt2", "bloom"):
         assert traits(model_type).gguf_arch in LAYOUTS, model_type
+
+
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+               r"\s+(?!\S)|\s+")
+
+
+@pytest.mark.parametrize("pre, name", [
+    ({"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}, "gpt-2"),
+    ({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
+                                             {"type": "ByteLevel", "use_regex": True}]}, "smollm"),
+    ({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}},
+                                             {"type": "ByteLevel", "use_regex": False}]}, "qwen2"),
+    ({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": QWEN2_SPLIT.replace(
+        r"\p{N}|", r"\p{N}{1,3}|")}}, {"type": "ByteLevel", "use_regex": False}]}, "llama-bpe"),
+])
+def test_byte_level_pre_tokenizers_map_to_llama_cpp_names(pre, name):
+    from toolkit.export.gguf import _bpe_pre
+
+    assert _bpe_pre(pre) == name
+
+
+def test_an_unknown_pre_tokenizer_regex_is_refused():
+    from toolkit.export.gguf import _bpe_pre
+
+    with pytest.raises(BadInputError, match="llama.cpp would split text differently"):
+        _bpe_pre({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": r"\w+"}},
+                                                         {"type": "ByteLevel", "use_regex": False}]})
+
+
+def test_sentencepiece_style_vocabulary_is_written_with_merge_rank_scores(tmp_path):
+    """A BPE over '▁' with byte fallback (Gemma, Llama 2) is llama.cpp's 'llama' tokenizer: the token each merge
+    produces scores −rank (llama.cpp merges the highest-scoring pair first, as BPE merges the lowest rank), byte
+    tokens <0xXX> are typed BYTE, added special tokens CONTROL, the unknown token UNKNOWN."""
+    import gguf
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    from transformers import PreTrainedTokenizerFast
+
+    from toolkit.export.gguf import _tokenizer_metadata
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x41>": 3, "▁": 4, "a": 5, "b": 6, "ab": 7, "▁ab": 8, "ba": 9}
+    merges = [("a", "b"), ("▁", "ab"), ("b", "a")]
+    backend = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True))
+    backend.normalizer = normalizers.Replace(" ", "▁")
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    path = tmp_path / "v.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    _tokenizer_metadata(writer, tokenizer, len(vocab))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    metadata, _, _ = read_q4_0(path)
+    assert metadata["tokenizer.ggml.model"] == "llama" and metadata["tokenizer.ggml.add_space_prefix"] is False
+    scores = dict(zip(metadata["tokenizer.ggml.tokens"], metadata["tokenizer.ggml.scores"]))
+    assert scores["ab"] == 0 and scores["▁ab"] == -1 and scores["ba"] == -2 and scores["a"] == 0
+    types = dict(zip(metadata["tokenizer.ggml.tokens"], metadata["tokenizer.ggml.token_type"]))
+    assert types["<0x41>"] == gguf.TokenType.BYTE and types["<s>"] == gguf.TokenType.CONTROL
+    assert types["<unk>"] == gguf.TokenType.UNKNOWN and types["ab"] == gguf.TokenType.NORMAL

@@ -664,6 +664,36 @@ def _tokenizer_kind(spec: dict) -> str:
                         "this BPE tokenizer is neither", "use the packed or compressed-tensors export")
 
 
+# byte-level BPE pre-tokenisation → the name llama.cpp gives its regex (llama.cpp splits text by name, not by regex);
+# the Split regexes as tokenizer.json files hold them (llama.cpp's src/llama-vocab.cpp quotes them)
+BPE_PRE_SPLITS = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+    r"\s*[\r\n]+|\s+(?!\S)|\s+": "llama-bpe",  # Llama 3
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+    r"\s*[\r\n]+|\s+(?!\S)|\s+": "qwen2",  # Qwen 2/2.5/3
+}
+
+
+def _bpe_pre(pre: dict) -> str:
+    """llama.cpp's pre-tokenizer name for a byte-level BPE tokenizer's pre_tokenizer, or one BadInputError line."""
+    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    kinds = [p.get("type") for p in parts]
+    splits = [p.get("pattern", {}).get("Regex") for p in parts if p.get("type") == "Split"]
+    byte_level = next((p for p in parts if p.get("type") == "ByteLevel"), {})
+    digits = any(p.get("type") == "Digits" and p.get("individual_digits") for p in parts)
+    if kinds == ["ByteLevel"] and byte_level.get("use_regex", True):
+        return "gpt-2"  # GPT-2's own regex
+    if set(kinds) == {"Digits", "ByteLevel"} and digits and byte_level.get("use_regex", True):
+        return "smollm"  # SmolLM / StarCoder: digits one by one, then GPT-2's regex
+    if len(splits) == 1 and kinds == ["Split", "ByteLevel"] and splits[0] in BPE_PRE_SPLITS \
+            and not byte_level.get("use_regex", True):
+        return BPE_PRE_SPLITS[splits[0]]
+    raise BadInputError(f"GGUF export: the tokenizer's pre-tokenizer ({', '.join(str(k) for k in kinds)}"
+                        f"{f', regex {splits[0]!r}' if splits else ''}) is not one this writer maps to llama.cpp's "
+                        "named pre-tokenizers (gpt-2, smollm, llama-bpe, qwen2); llama.cpp would split text "
+                        "differently", "use the packed or compressed-tensors export")
+
+
 def _tokenizer_metadata(writer, tokenizer, vocab_size: int) -> None:
     """The vocabulary as llama.cpp tokenizes it: byte-level BPE as tokenizer model "gpt2" (tokens, types, merges,
     the pre-tokenizer by name), SentencePiece-style BPE as "llama" (tokens, types, and scores that order merges as
@@ -700,15 +730,13 @@ def _tokenizer_metadata(writer, tokenizer, vocab_size: int) -> None:
             scores[index] = produced.get(text, 0.0 if len(text) == 1 else -1e9)
             if len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
                 types[index], scores[index] = int(gguf.TokenType.BYTE), 0.0
-        if model.get("unk_token") in vocab:
-            types[vocab[model["unk_token"]]] = int(gguf.TokenType.UNKNOWN)
     for index, is_special in special.items():
         types[index] = int(gguf.TokenType.CONTROL if is_special else gguf.TokenType.USER_DEFINED)
+    if kind == "spm" and model.get("unk_token") in vocab:
+        types[vocab[model["unk_token"]]] = int(gguf.TokenType.UNKNOWN)
     if kind == "bpe":
-        pre = json.dumps(spec.get("pre_tokenizer") or {})
         writer.add_tokenizer_model("gpt2")
-        # llama.cpp picks the pre-tokenizer regex by name; SmolLM2 splits digits one by one ("smollm")
-        writer.add_tokenizer_pre("smollm" if '"individual_digits": true' in pre else "gpt-2")
+        writer.add_tokenizer_pre(_bpe_pre(spec.get("pre_tokenizer") or {}))
         writer.add_token_list(tokens)
         writer.add_token_types(types)
         writer.add_token_merges(merges)
