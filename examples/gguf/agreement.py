@@ -274,7 +274,8 @@ def run_one(label: str, model: str, work: Path, python: str, new_tokens: int, le
             "eval_max_length=64", "--set", "export=gguf", "-o", out, "--json", *extra]
     command = "iclrkit " + " ".join(str(a) for a in args)
     started = time.process_time()
-    code, stdout, stderr = _cli(*args)
+    code, stdout, stderr = _cli(*[os.path.expanduser(a) if isinstance(a, str) and a.startswith("~") else a
+                                  for a in args])
     row = {"model": label, "command": command, "commit": _commit()}
     if code == 2:
         row.update(status="refused", reason=next((ln for ln in stderr.splitlines() if ln.startswith("error:")),
@@ -360,7 +361,8 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archs", nargs="*", default=[*ARCHITECTURES, *VARIANTS])
-    parser.add_argument("--real", nargs="*", default=list(REAL), help="real models (zoo names or directories)")
+    parser.add_argument("--real", nargs="*", default=list(REAL),
+                        help="real models: zoo names or LABEL=DIRECTORY (e.g. gemma3-270m=~/.cache/iclrkit/zoo/gemma3-270m)")
     parser.add_argument("--no-real", action="store_true")
     parser.add_argument("--python", default=DEFAULT_PYTHON, help="the llama-cpp-python interpreter")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "gguf-agreement")
@@ -389,8 +391,10 @@ def main(argv=None) -> int:
                "commit": _commit(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
                "llama_cpp_python": version, "new_tokens": args.new_tokens, "rows": []}
     jobs = [(arch, str(_tiny_model(arch, args.work, tokenizer)), []) for arch in args.archs]
-    if not args.no_real:
-        jobs += [(name, name, ["--nsamples", "8", "--seqlen", "128"]) for name in args.real]
+    if not args.no_real:  # NAME or LABEL=DIRECTORY (a ~ is expanded here, and kept in the recorded command)
+        for spec in args.real:
+            label, _, where = spec.rpartition("=") if "=" in spec else (spec, "", spec)
+            jobs.append((label, where, ["--nsamples", "8", "--seqlen", "128"]))
     for label, model, extra in jobs:
         try:
             row = run_one(label, model, args.work, args.python, args.new_tokens, args.prompt_tokens, calibration,
