@@ -528,8 +528,9 @@ def save_gguf(q: QuantizedModel, out: Path, filename: str = "model-Q4_0.gguf", c
     folded = _folded_down_proj(q)
     offsets = _norm_offsets(view)
     c = _query_scale(text, layout, dims)
-    has_q_norm = any("q_norm" in p for p in view.layout(0).qk_norms)
     decoder = view.layers_path.rsplit(".", 1)[0] if "." in view.layers_path else ""
+    has_q_norm = any(_kind(_name_for(names, f"{view.block_path(0)}.{path}.weight", decoder) or "x") == "attn_q_norm"
+                     for path in view.layout(0).qk_norms)  # Gemma 3's q-norm takes the attention-scale fold
     head = view.lm_head
     head_names = {n for n, m in model.named_modules() if m is head and head is not None}
     modules = dict(model.named_modules())
