@@ -94,6 +94,9 @@ VARIANTS = {  # tiny configs as the real checkpoints of the architecture set the
     "olmoe@mha": ("olmoe", {"num_key_value_heads": 4}),  # OLMoE-1B-7B: no grouped-query attention
     "qwen3_moe@norm_topk": ("qwen3_moe", {"norm_topk_prob": True}),  # Qwen3-MoE checkpoints renormalise top-k
 }
+# negative controls: a deliberate layout error (the q/k rows of Llama left in transformers' order), on the benchmark's
+# weights and on transformers' default 0.02 init: what a wrong file looks like in this table
+CONTROLS = {"llama!unpermuted-qk": ("llama", True), "llama@init-0.02!unpermuted-qk": ("llama", False)}
 
 
 def sharpen(model) -> None:
@@ -131,6 +134,7 @@ def _tiny_model(label: str, work: Path, tokenizer) -> Path:
     directory = work / label / "model"
     if not (directory / "config.json").exists():
         arch, overrides = VARIANTS.get(label, (label, {}))
+        arch, drawn = CONTROLS.get(label, (arch, True))
         torch.manual_seed(0)
         model = build_tiny(arch, len(tokenizer))
         if overrides:
@@ -140,7 +144,8 @@ def _tiny_model(label: str, work: Path, tokenizer) -> Path:
             for key, value in overrides.items():
                 setattr(config, key, value)
             model = transformers.AutoModelForCausalLM.from_config(config).eval()
-        sharpen(model)
+        if drawn:
+            sharpen(model)
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
     return directory
@@ -274,8 +279,20 @@ def run_one(label: str, model: str, work: Path, python: str, new_tokens: int, le
             "eval_max_length=64", "--set", "export=gguf", "-o", out, "--json", *extra]
     command = "iclrkit " + " ".join(str(a) for a in args)
     started = time.process_time()
-    code, stdout, stderr = _cli(*[os.path.expanduser(a) if isinstance(a, str) and a.startswith("~") else a
-                                  for a in args])
+    import dataclasses
+
+    import toolkit.export.gguf as writer
+
+    saved = dict(writer.LAYOUTS)
+    if label in CONTROLS:  # the deliberate layout error of a negative control
+        writer.LAYOUTS["llama"] = dataclasses.replace(writer.LAYOUTS["llama"], permute_qk=False)
+        command += "  # with toolkit.export.gguf.LAYOUTS['llama'].permute_qk = False"
+    try:
+        code, stdout, stderr = _cli(*[os.path.expanduser(a) if isinstance(a, str) and a.startswith("~") else a
+                                      for a in args])
+    finally:
+        writer.LAYOUTS.clear()
+        writer.LAYOUTS.update(saved)
     row = {"model": label, "command": command, "commit": _commit()}
     if code == 2:
         row.update(status="refused", reason=next((ln for ln in stderr.splitlines() if ln.startswith("error:")),
@@ -322,10 +339,11 @@ def render(results: dict) -> str:
              "spaces and newlines, accents, CJK, emoji, code) that llama.cpp tokenises from the file's vocabulary "
              "exactly as the transformers tokenizer does. llama.cpp's CPU Q4_0 kernels quantize activations to 8 "
              "bits (Q8_0) and keep the KV cache in fp16: per-position differences of ~1e-3..3e-2 relative are its "
-             "arithmetic; isolated larger ones in MoE rows are routing flips at near-tied router scores. A layout "
-             "error is O(0.1..1) at every position (tiny models' weights are drawn at a trained model's scale for "
-             "this: with transformers' 0.02 init a wrong q/k row order changed the logits by only ~1%; with it, "
-             "by 33% relative and 42% of top-1 on Llama).", "",
+             "arithmetic; isolated larger ones in MoE rows are routing flips at near-tied router scores. The tiny "
+             "models' weights are drawn at a trained model's scale (matrices N(0, 1/fan_in), embeddings N(0, 1), "
+             "norm scales 1 ± 0.2): the `!unpermuted-qk` rows are negative controls, Llama written with its q/k "
+             "rows left in transformers' order, on these weights and on transformers' default 0.02 init, i.e. what "
+             "a layout error looks like here.", "",
              "| model | llama.cpp arch | max abs diff | max rel diff | median rel diff | top-1 | greedy | "
              "vs fp16 scales: max abs | top-1 | greedy | tokenizer |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     refused = []
@@ -360,7 +378,7 @@ def main(argv=None) -> int:
     from toolkit.models.tiny import ARCHITECTURES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archs", nargs="*", default=[*ARCHITECTURES, *VARIANTS])
+    parser.add_argument("--archs", nargs="*", default=[*ARCHITECTURES, *VARIANTS, *CONTROLS])
     parser.add_argument("--real", nargs="*", default=list(REAL),
                         help="real models: zoo names or LABEL=DIRECTORY (e.g. gemma3-270m=~/.cache/iclrkit/zoo/gemma3-270m)")
     parser.add_argument("--no-real", action="store_true")
