@@ -31,7 +31,7 @@ def compressed_tensors(run_dir: RunDirArg, out: OutOpt = None, json_: JsonOpt = 
     _run("compressed-tensors", run_dir, Common.of(locals(), device="cpu"))
 
 
-@app.command("gguf", help="GGUF Q4_0 for llama.cpp (Llama-family, 4-bit weights).",
+@app.command("gguf", help="GGUF Q4_0 for llama.cpp (every architecture llama.cpp has a loader for; 4-bit weights).",
              epilog="Examples: iclrkit export gguf runs/rtn-w4 --out runs/rtn-w4-gguf && "
                     "llama-cli -m runs/rtn-w4-gguf/model-Q4_0.gguf -p Hello")
 def gguf(run_dir: RunDirArg, out: OutOpt = None, json_: JsonOpt = False, overwrite: OverwriteOpt = False) -> None:

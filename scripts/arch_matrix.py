@@ -31,10 +31,13 @@ ROTATION_REFUSED = {a: "LayerNorm" for a in ("phi", "cohere", "starcoder2", "sta
                                             "opt", "gpt2", "bloom")}
 ROTATION_REFUSED.update({a: "post-norms" for a in ("gemma2", "gemma3_text", "gemma3", "olmo2", "exaone4")})
 ROTATION_REFUSED.update({a: "fused experts" for a in MOE})  # W4A4: expert activations live inside one forward
-GGUF_ARCHS = ("llama", "mistral")
+GGUF_REFUSED = {"opt": "llama.cpp has no loader for opt", "gptj": "no loader or graph for it",
+                "qwen3_moe": "always renormalises the top-k routing weights",  # the tiny config's norm_topk_prob
+                "olmoe": "normalises k over the full hidden width"}  # the tiny config's grouped-query attention
+GGUF_ARCHS = tuple(a for a in ARCHITECTURES if a not in GGUF_REFUSED)
 EXPECTED_REFUSALS: dict[tuple[str, str], str] = {
     **{(a, "compress-w4a4kv4-rotated"): r for a, r in ROTATION_REFUSED.items()},
-    **{(a, "export-gguf"): "--export gguf supports" for a in ARCHITECTURES if a not in GGUF_ARCHS},
+    **{(a, "export-gguf"): r for a, r in GGUF_REFUSED.items()},
     ("gpt2", "export-compressed-tensors"): "Conv1D", ("falcon", "export-compressed-tensors"): "cannot reload",
     **{(a, "edit-memit"): "mixture of experts" for a in MOE if a != "qwen2_moe"},
 }
@@ -263,16 +266,91 @@ def cell_compressed_tensors(b: Bench) -> Cell:
                 f"{relative:.1e}", figures={"relative_diff": relative})
 
 
+def gguf_grid_check(path: Path, q) -> tuple[bool, str, dict]:
+    """Every quantized slot of `q` (a QuantizedModel: the run's packed grids) is in the GGUF file as Q4_0 under the
+    name gguf's own tensor map gives it (experts: its row block of ffn_{gate,up,down}_exps): the same rows of codes
+    (as a multiset: llama.cpp's layouts permute rows), each block's d = fp16(c·s) of the row's scale s (c = 1, except
+    Gemma 2's q rows, where c = llama.cpp's attention scale over transformers'), and so every decoded weight within
+    fp16 rounding of the grid weight (|w_gguf/c − w| ≤ 2^-11·|w|). No other Q4_0 tensor in the file."""
+    import gguf
+    import numpy as np
+
+    from toolkit.export.gguf import _block_scales, _name_for, read_q4_0
+
+    metadata, grids, _ = read_q4_0(path)
+    arch = metadata["general.architecture"]
+    view = q.view
+    text = getattr(q.model.config, "text_config", None) or q.model.config
+    names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch], len(view))
+    decoder = view.layers_path.rsplit(".", 1)[0] if "." in view.layers_path else ""
+    expected: list[tuple[str, int | None, np.ndarray, np.ndarray]] = []
+    for slot_name, grid in q.linears.items():
+        _, slot = view.resolve(slot_name)
+        codes, scales = grid.codes.numpy(), _block_scales(grid)
+        if slot.kind != "expert":
+            expected.append((_name_for(names, slot_name + ".weight", decoder), None, codes, scales))
+            continue
+        index = int(slot_name[len(view.layers_path) + 1:].split(".", 1)[0])
+        kinds = ([gguf.MODEL_TENSOR.FFN_DOWN_EXP] if slot.param == "down_proj"
+                 else [gguf.MODEL_TENSOR.FFN_GATE_EXP, gguf.MODEL_TENSOR.FFN_UP_EXP])
+        rows = codes.shape[0] // len(kinds)
+        for k, kind in enumerate(kinds):
+            part = slice(k * rows, (k + 1) * rows)
+            expected.append((gguf.TENSOR_NAMES[kind].format(bid=index) + ".weight", slot.expert, codes[part],
+                             scales[part]))
+    heads = int(text.num_attention_heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    worst, seen = 0.0, set()
+    for name, expert, codes, scales in expected:
+        if name not in grids:
+            return False, f"{name} (a quantized slot) is not a Q4_0 tensor of the file", {}
+        seen.add(name)
+        got_codes, got_d = grids[name]
+        if expert is not None:
+            got_codes, got_d = got_codes[expert], got_d[expert]
+        if got_codes.shape != codes.shape:
+            return False, f"{name}: shape {got_codes.shape} vs the grid's {codes.shape}", {}
+        c = 1.0
+        if arch == "gemma2" and name.split(".")[2] == "attn_q":
+            denominator = text.hidden_size / heads if len(view) == 46 else head_dim
+            c = float(np.sqrt(denominator / text.query_pre_attn_scalar))
+        want_d = (scales.astype(np.float32) * np.float32(c)).astype(np.float16)
+        order_got = np.lexsort(np.concatenate([got_d.astype(np.float32), got_codes], axis=1).T[::-1])
+        order_want = np.lexsort(np.concatenate([want_d.astype(np.float32), codes], axis=1).T[::-1])
+        if not np.array_equal(got_codes[order_got], codes[order_want]):
+            return False, f"{name}: its rows of codes are not the grid's", {}
+        if not np.array_equal(got_d[order_got], want_d[order_want]):
+            return False, f"{name}: block scales are not fp16(c * s) of the grid's row scales (c = {c:g})", {}
+        weight = codes[order_want] * np.repeat(scales[order_want], 32, axis=1)
+        decoded = got_codes[order_got] * np.repeat(got_d[order_got].astype(np.float64), 32, axis=1) / c
+        excess = np.abs(decoded - weight) - 2.0 ** -11 * np.abs(weight)
+        if excess.max() > 1e-12:
+            return False, f"{name}: a decoded weight is off the grid weight by more than fp16 rounding", {}
+        worst = max(worst, float((np.abs(decoded - weight) / np.maximum(np.abs(weight), 1e-30)).max()))
+    extra = sorted(set(grids) - seen)
+    if extra:
+        return False, f"Q4_0 tensors with no quantized slot behind them: {extra[:3]}", {}
+    return True, (f"{len(seen)} Q4_0 tensors ({len(q.linears)} slots): codes equal the packed grid's, weights within "
+                  f"fp16 scale rounding (max rel {worst:.1e} <= 2^-11)"), {"q4_0": len(seen), "max_rel": worst}
+
+
 def cell_gguf(b: Bench) -> Cell:
+    """compress rtn --set export=gguf: the file's Q4_0 tensors decode to the run's packed grid weights within the
+    fp16 scale rounding (gguf_grid_check), and it names llama.cpp's architecture."""
+    from toolkit.export.quantized import from_packed
+    from toolkit.models.archs import traits
+
     refused, out = _export(b, "gguf")
     if refused is not None:
         return refused
+    files = list((out / "gguf").glob("*.gguf"))
+    ok, detail, figures = gguf_grid_check(files[0], from_packed(out / "packed"))
     import gguf
 
-    files = list((out / "gguf").glob("*.gguf"))
-    reader = gguf.GGUFReader(str(files[0]))
-    q4 = sum(1 for t in reader.tensors if t.tensor_type == gguf.GGMLQuantizationType.Q4_0)
-    return Cell("pass" if q4 else "fail", f"{len(reader.tensors)} tensors, {q4} Q4_0", figures={"q4_0": q4})
+    arch = gguf.GGUFReader(str(files[0])).fields["general.architecture"].contents()
+    if ok and arch != traits(b.arch).gguf_arch:
+        ok, detail = False, f"general.architecture {arch!r}, expected {traits(b.arch).gguf_arch!r}"
+    return Cell("pass" if ok else "fail", f"{arch}: {detail}", figures=figures)
 
 
 def cell_memit(b: Bench) -> Cell:
@@ -419,7 +497,10 @@ def render(results: dict) -> str:
               "- export-compressed-tensors: the directory reloads in plain transformers; its logits equal the "
               "in-memory model's (the same run's dense export) to 1e-5 relative; MoE experts are written one by one "
               "under the checkpoint's own names.",
-              "- export-gguf: the file reads back with Q4_0 tensors.",
+              "- export-gguf: the file names llama.cpp's architecture; every quantized slot is a Q4_0 tensor (experts: "
+              "their rows of ffn_*_exps) whose rows of codes are the packed grid's (as a multiset: llama.cpp's "
+              "layouts permute q/k and fused q/k/v rows) and whose weights equal the grid weights within the fp16 "
+              "scale rounding (2^-11 relative). llama.cpp's own logits: examples/gguf/RESULTS.md.",
               "- edit-memit: log p(new target) rises by > 0.05 for both facts, and exactly the edited layers' MLP "
               "output projections changed (the shared expert's for Qwen2-MoE).",
               "- steer-pcms: a finite, non-zero direction at block 1.",

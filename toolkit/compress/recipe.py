@@ -210,10 +210,10 @@ def _check_export_before_loading(config) -> None:
     from toolkit.models.source import resolve_model_path
 
     try:
-        model_type = AutoConfig.from_pretrained(str(resolve_model_path(config.model))).model_type
+        model_config = AutoConfig.from_pretrained(str(resolve_model_path(config.model)))
     except (OSError, ValueError):
         return  # the loader says what is wrong with the model itself
-    check_architecture(model_type)
+    check_architecture(model_config)  # the architecture and the conventions llama.cpp hard-codes for it
 
 
 def _evaluate(view, tokenizer, config, ctx, rotate: bool) -> None:

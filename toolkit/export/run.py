@@ -67,6 +67,17 @@ def run_export(config: ExportConfig, ctx) -> dict:
     from toolkit.export.quantized import from_packed
 
     packed, record = resolve_packed(config.run_dir)
+    if config.format == "gguf":  # an architecture llama.cpp cannot serve is refused before the model loads
+        from transformers import AutoConfig
+
+        from toolkit.export.gguf import check_architecture
+
+        try:
+            model_config = AutoConfig.from_pretrained(str(packed))
+        except (OSError, ValueError):
+            model_config = None  # from_packed names what is wrong with the directory
+        if model_config is not None:
+            check_architecture(model_config)
     q = from_packed(packed, provenance(record))
     if config.format == "compressed-tensors":
         from toolkit.export.compressed_tensors import check_exportable
