@@ -225,6 +225,44 @@ def _is_cache(value) -> bool:
     return type(value).__name__.endswith("Cache")
 
 
+class _KwargsRecorder(nn.Module):
+    """Stands in for block `index` in one forward: records the kwargs the model passes it, hands the hidden states
+    on unchanged (the last one stops the forward before the head)."""
+
+    def __init__(self, index: int, store: list, returns_tuple: bool, last: bool):
+        super().__init__()
+        self.index, self.store, self.returns_tuple, self.last = index, store, returns_tuple, last
+
+    def forward(self, hidden_states, *args, **kwargs):
+        self.store[self.index] = {k: (None if _is_cache(v) else v) for k, v in kwargs.items()}
+        if self.last:
+            raise StopForward
+        return (hidden_states,) if self.returns_tuple else hidden_states
+
+
+def per_block_kwargs(model: nn.Module, view: ModelView, window: torch.Tensor, device: str, kwargs: dict,
+                     returns_tuple: bool) -> list[dict]:
+    """The kwargs the model passes each block for one window (`kwargs`, block 0's from capture_block_inputs, for a
+    block the forward never reaches). Models with per-layer attention types (Gemma 2/3: sliding or full, each with its own mask
+    and RoPE base) pass block i `mapping[config.layer_types[i]]`: the blocks are swapped for recorders for one
+    forward, so this costs no block computation (and works on a meta-device skeleton)."""
+    layers = view.blocks
+    store: list = [None] * len(layers)
+    originals = list(layers)
+    for index in range(len(layers)):
+        layers[index] = _KwargsRecorder(index, store, returns_tuple, index == len(layers) - 1)
+    try:
+        with torch.no_grad():
+            model(window.unsqueeze(0).to(device), use_cache=False)
+    except StopForward:
+        pass
+    finally:
+        for index, block in enumerate(originals):
+            layers[index] = block
+    # a block never reached (a model whose loop ends early) keeps block 0's
+    return [kwargs if recorded is None else {**recorded, "use_cache": False} for recorded in store]
+
+
 def _non_block_modules(model: nn.Module, layers: nn.ModuleList) -> list[nn.Module]:
     """Leaf-level modules outside the block list (embeddings, rotary, final norm, head)."""
     block_ids = {id(m) for m in layers.modules()}
@@ -257,11 +295,16 @@ def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[
         log.info("resuming after block %d of %d", start - 1, len(layers))
     args, kwargs = _to(args, device), _to(kwargs, device)
     indices = range(start, len(layers))
-    together = None
+    together, block_kwargs = None, None
     for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
         block = layers[index]
         original_device = next(block.parameters()).device
         block.to(device)
+        if block_kwargs is None:  # the first block's layout says how blocks return (for the kwargs recorders)
+            returns_tuple = view.layout(index, (inputs[0].to(device), args, kwargs)).returns_tuple
+            block_kwargs = [_to(k, device) for k in per_block_kwargs(model, view, windows[0], device, kwargs,
+                                                                     returns_tuple)]
+        kwargs = block_kwargs[index]
         if together is None:
             together = batchable(block, inputs, args, kwargs, device)
         step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
@@ -331,10 +374,15 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
         inputs, args, kwargs = capture_block_inputs(lazy.model, rank_windows(windows), device, lazy.view)
         args, kwargs = _to(args, device), _to(kwargs, device)
         indices = range(len(lazy.layers))
-        together = None
+        together, block_kwargs = None, None
         for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
             with Stopwatch() as watch:
                 block = lazy.load_block(index).to(device)
+                if block_kwargs is None:  # block 0 is loaded: its layout says how blocks return
+                    returns_tuple = lazy.view.layout(index, (inputs[0].to(device), args, kwargs)).returns_tuple
+                    block_kwargs = [_to(k, device) for k in per_block_kwargs(lazy.model, lazy.view, windows[0],
+                                                                             device, kwargs, returns_tuple)]
+                kwargs = block_kwargs[index]
                 if probe is not None:
                     probe(f"block {index} loaded")
                 if together is None:
