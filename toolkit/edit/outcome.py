@@ -6,7 +6,8 @@ An edit takes in three stages, each of which can fail on its own, and each leave
    2·‖k‖ was tuned on 7B models, where ‖k‖ is large next to ‖h‖; on SmolLM2-135M ‖k‖ ≈ 7 against ‖h‖ ≈ 100, so δ
    is bounded to a seventh of MEMIT's and the NLL stalls), or when the steps run out.
 2. insertion: the closed-form update reproduces δ from the weights (`insertion_reach`; λ too large for the model's
-   width inserts only a small share).
+   width inserts only a small share; far above 1 the update overshoots: on Gemma 2/3 the down-projection's output
+   passes a post-feedforward RMSNorm before the residual add, which the closed form does not model).
 3. effect: the edited model says the new object on the rewrite prompts (strict efficacy), more often than the
    unedited model did.
 `assess` judges the effect (stage 3) and, when it failed, names the stage that did (1, 2 or neither), and `report` states it once: one warning line on
@@ -21,6 +22,7 @@ import torch
 VALUE_NLL_OK = 0.5  # a fact's value optimisation converged when its final mean target-token NLL is below this
 VALUE_SHARE_OK = 0.5  # ... on at least this share of the facts
 REACH_OK = 0.5  # the weights produce at least this share of δ (insertion_reach)
+REACH_HIGH = 1.5  # ... and not more than this: an overshoot means the closed form's linear picture does not hold
 EFFICACY_OK = 50.0  # strict efficacy (%) after the edit
 BOUND_SLACK = 0.99  # ‖δ‖ at or above this share of its bound counts as "at the bound"
 
@@ -64,6 +66,10 @@ def assess(*, nll: torch.Tensor, delta: torch.Tensor, bound: torch.Tensor, inser
             lam = f", now {mom2_update_weight:g}" if mom2_update_weight is not None else ""
             reasons.append(f"the edited weights produce only {100 * insertion_reach:.0f}% of δ (lower "
                            f"mom2_update_weight{lam})")
+        elif insertion_reach > REACH_HIGH:
+            reasons.append(f"the edited weights move the edit layer's output by {100 * insertion_reach:.0f}% of δ: "
+                           "the closed form assumes the edited projection adds straight into the residual stream "
+                           "(a norm after it, as Gemma 2/3's post-feedforward norm, breaks that)")
         if len(reasons) == 1:
             reasons.append(f"the values converged ({100 * share:.0f}%) and the weights produce "
                            f"{100 * insertion_reach:.0f}% of δ, yet the rewrite prompts do not follow (other layers?)")
@@ -72,7 +78,7 @@ def assess(*, nll: torch.Tensor, delta: torch.Tensor, bound: torch.Tensor, inser
             "insertion_reach": round(insertion_reach, 4),
             "efficacy_gain": round(efficacy - efficacy_before, 2) if efficacy_before is not None else None,
             "thresholds": {"value_nll": VALUE_NLL_OK, "value_share": VALUE_SHARE_OK, "insertion_reach": REACH_OK,
-                           "efficacy": EFFICACY_OK}}
+                           "insertion_reach_high": REACH_HIGH, "efficacy": EFFICACY_OK}}
 
 
 def check_edit(ctx, config, metrics: dict, *, nll: torch.Tensor, delta: torch.Tensor, h: torch.Tensor,
