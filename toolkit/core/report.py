@@ -125,6 +125,7 @@ def build_run_record(*, command: str, technique: str, config: dict, ctx, started
         "metrics": ctx.metrics, "baselines": ctx.baselines, "artifacts": sorted(set(ctx.artifacts)),
         "caches": dict(getattr(ctx, "caches", {}) or {}), "warnings": _run_warnings(),
         "started_at": started.isoformat(timespec="seconds"), "duration_s": round(duration_s, 3), "status": status,
+        **({"verdict": ctx.verdict} if getattr(ctx, "verdict", None) else {}),
     })
 
 

@@ -17,7 +17,6 @@ edited model.
 
 from __future__ import annotations
 
-import logging
 import time
 
 import torch
@@ -29,11 +28,10 @@ from toolkit.edit.context import EditContext
 from toolkit.edit.covariance import context_templates, key_covariance, model_fingerprint, stats_dir
 from toolkit.edit.insert import insert, insertion_reach
 from toolkit.edit.keys import block_outputs, check_layers, compute_keys, default_layers, target_ids
+from toolkit.edit.outcome import check_edit
 from toolkit.edit.value_cache import FILE_NAME as VALUES_FILE
 from toolkit.edit.value_cache import facts_digest, load_values, save_values
 from toolkit.edit.values import optimise_values
-
-log = logging.getLogger("iclrkit.edit")
 
 
 def method_of(config: MemitConfig):
@@ -62,6 +60,8 @@ def run(config: MemitConfig, ctx) -> dict:
     metrics = evaluate(model, tokenizer, facts, config, ctx.device, ctx.progress, per_record=after)
     write_per_record(ctx.path("results.jsonl"), before, after)
     metrics.update(_edit_metrics(config, edit))
+    check_edit(ctx, config, metrics, nll=edit["nll"], delta=edit["delta"], h=edit["h"],
+               keys_z=edit["keys_z"])  # values converged, δ inserted, efficacy moved: else one warning
     metrics.update({"n_edits": len(facts), "layers": layers, "edit_seconds": round(edit["seconds"], 2),
                     "covariance_seconds": round(cov_seconds, 2), "covariance_onloaded": config.onload})
     if edit["per_batch"]:
@@ -155,9 +155,6 @@ def _edit_metrics(config: MemitConfig, edit: dict) -> dict:
     metrics = {"alignment_spearman": alignment_spearman(edit["keys_z"], edit["delta"]),
                "value_nll": round(float(edit["nll"].mean()), 4),
                "insertion_reach": round(float(edit["reach"].mean()), 4)}
-    if metrics["insertion_reach"] < 0.5:
-        log.warning("the edited weights produce only %.0f%% of the target residual δ: lower mom2_update_weight "
-                    "(λ, now %g) for this model", 100 * metrics["insertion_reach"], config.mom2_update_weight)
     if config.values:
         metrics["values_from"] = config.values  # δ reused: edit_seconds covers the insertion only
     return metrics

@@ -44,12 +44,26 @@ class _CachedBlocks(nn.Module):
         return (self.hidden + add,) if self.returns_tuple else self.hidden + add
 
 
+class _Passthrough(nn.Module):
+    """Stands in for a block below L: hands its input on (block L's stub then replaces it by the cached output)."""
+
+    def __init__(self, returns_tuple: bool = False):
+        super().__init__()
+        self.returns_tuple = returns_tuple
+
+    def forward(self, hidden_states, *args, **kwargs):
+        return (hidden_states,) if self.returns_tuple else hidden_states
+
+
 @contextlib.contextmanager
 def upper_blocks_only(ectx: EditContext, stub: nn.Module, last_edit_layer: int):
-    """Temporarily replace blocks 0..L by `stub`, so a forward runs only blocks L+1.. on the cached states."""
+    """Temporarily replace blocks 0..L-1 by pass-throughs and block L by `stub`, so a forward runs only blocks L+1..
+    on the cached states. The list keeps its length: models with per-layer attention types (Gemma 2/3, ...) pick
+    each block's mask and rotary embedding by its position in the list (`config.layer_types[i]`)."""
     base, name = ectx.base, ectx.blocks_name
     original = getattr(base, name)
-    setattr(base, name, nn.ModuleList([stub, *list(original)[last_edit_layer + 1:]]))
+    below = [_Passthrough(getattr(stub, "returns_tuple", False)) for _ in range(last_edit_layer)]
+    setattr(base, name, nn.ModuleList([*below, stub, *list(original)[last_edit_layer + 1:]]))
     try:
         yield
     finally:

@@ -92,3 +92,41 @@ def _non_block_modules(model: nn.Module, layers: nn.ModuleList) -> list[nn.Modul
     """Leaf-level modules outside the block list (embeddings, rotary, final norm, head)."""
     block_ids = {id(m) for m in layers.modules()}
     return [m for m in model.modules() if id(m) not in block_ids and not list(m.children())]
+
+
+class _KwargsRecorder(nn.Module):
+    """Stands in for block `index` in one forward: records the kwargs the model passes it, hands the hidden states
+    on unchanged (the last one stops the forward before the head)."""
+
+    def __init__(self, index: int, store: list, returns_tuple: bool, last: bool):
+        super().__init__()
+        self.index, self.store, self.returns_tuple, self.last = index, store, returns_tuple, last
+
+    def forward(self, hidden_states, *args, **kwargs):
+        self.store[self.index] = {k: (None if _is_cache(v) else v) for k, v in kwargs.items()}
+        if self.last:
+            raise StopForward
+        return (hidden_states,) if self.returns_tuple else hidden_states
+
+
+def per_block_kwargs(model: nn.Module, view: ModelView, window: torch.Tensor, device: str, kwargs: dict,
+                     returns_tuple: bool) -> list[dict]:
+    """The kwargs the model passes each block for one window (`kwargs`, block 0's from capture_block_inputs, for a
+    block the forward never reaches). Models with per-layer attention types (Gemma 2/3: sliding or full, each with
+    its own mask and RoPE base) pass block i `mapping[config.layer_types[i]]`: the blocks are swapped for recorders for one
+    forward, so this costs no block computation (and works on a meta-device skeleton)."""
+    layers = view.blocks
+    store: list = [None] * len(layers)
+    originals = list(layers)
+    for index in range(len(layers)):
+        layers[index] = _KwargsRecorder(index, store, returns_tuple, index == len(layers) - 1)
+    try:
+        with torch.no_grad():
+            model(window.unsqueeze(0).to(device), use_cache=False)
+    except StopForward:
+        pass
+    finally:
+        for index, block in enumerate(originals):
+            layers[index] = block
+    # a block never reached (a model whose loop ends early) keeps block 0's
+    return [kwargs if recorded is None else {**recorded, "use_cache": False} for recorded in store]

