@@ -152,6 +152,20 @@ def unpack_linear(tensors: dict[str, np.ndarray], shape: tuple[int, int], bits: 
     return torch.from_numpy(unpack_linear_codes(tensors, shape, bits).astype(np.float32)) * scale
 
 
+def _in_module_order(model, scales: dict) -> list[tuple[str, torch.Tensor]]:
+    """(path, scale) in the model's module order (scales come in checkpoint order on --resume); a fused expert's
+    slice ("...experts.down_proj[3]") sorts with its module, by path."""
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}
+
+    def key(item):
+        module = item[0].split("[", 1)[0]
+        while module and module not in order:
+            module = module.rpartition(".")[0]
+        return order.get(module, len(order)), item[0]
+
+    return sorted(scales.items(), key=key)
+
+
 def save_packed(view, tokenizer, out: Path, scales: dict[str, torch.Tensor], bits: int,
                 metadata: dict, embed_bits: int = 16, embed_group: int = 64,
                 vocab_grids: dict[str, tuple] | None = None, g_idx: dict[str, torch.Tensor] | None = None) -> dict:
@@ -166,16 +180,7 @@ def save_packed(view, tokenizer, out: Path, scales: dict[str, torch.Tensor], bit
     out.mkdir(parents=True, exist_ok=True)
     quantized, shapes, tensors = {}, {}, {}
     group_size = metadata.get("group_size")
-    order = {name: i for i, (name, _) in enumerate(model.named_modules())}  # the file does not depend on the order
-
-    def module_order(item):  # scales came in checkpoint order; fused experts ("...experts.down_proj[3]") by module
-        path = item[0]
-        module = path.split("[", 1)[0]
-        while module and module not in order:
-            module = module.rpartition(".")[0]
-        return order.get(module, len(order)), path
-
-    for path, scale in sorted(scales.items(), key=module_order):
+    for path, scale in _in_module_order(model, scales):  # the file does not depend on the order scales came in
         weight = view.weight(path)
         shapes[path] = list(weight.shape)
         packed = pack_linear(weight.detach().cpu(), scale.cpu(), bits, group_size if scale.dim() == 2 else None,

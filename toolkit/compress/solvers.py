@@ -221,7 +221,6 @@ def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch
     VB = V.to(H.dtype) * B
     cols_a = A.any(dim=0).nonzero().squeeze(1)
     cols_b = B.any(dim=0).nonzero().squeeze(1)
-    full_a, full_b = len(cols_a) == columns, len(cols_b) == columns
     if method == "cholesky":
         smaller = int(B.sum(1).max()) < int(A.sum(1).max())
         if obs is not False and torch.equal(B, ~A) and (obs or smaller):
@@ -230,13 +229,24 @@ def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch
         return _cholesky_rows(H, A, rhs_full, out, max_bytes, stats)
     if method not in SOLVERS:
         raise ValueError(f"unknown restricted solver {method!r} (one of {', '.join(SOLVERS)})")
+    return _cg_rows(H, A, VB, out, cols_a, cols_b, PRECONDITIONERS[method], tol, stop=stop, deflation=deflation,
+                    inverse=inverse, rank=rank, segments=segments, cg_bytes=cg_bytes, stats=stats,
+                    options=dict(block=block, window=window, low_precision_setup=low_precision_setup,
+                                 product=product, refresh=refresh))
+
+
+def _cg_rows(H, A, VB, out, cols_a, cols_b, preconditioner: str, tol, *, stop, deflation, inverse, rank, segments,
+             cg_bytes, stats, options: dict) -> torch.Tensor:
+    """restricted_solve's conjugate-gradient methods: H cut to the columns some row uses, the preconditioner set
+    up once, rows in cache-sized chunks."""
+    rows, columns = A.shape
+    full_a, full_b = len(cols_a) == columns, len(cols_b) == columns
     # one product gives both the right-hand side (on A's columns) and each row's loss before the correction
     part = VB[:, cols_b] @ (H[cols_b] if not full_b else H)  # [rows, C]
     loss0 = (part[:, cols_b] * VB[:, cols_b]).sum(dim=1)
     Ha = H if full_a else H[cols_a][:, cols_a]
     rhs = part if full_a else part[:, cols_a]
     Aa = A if full_a else A[:, cols_a]
-    preconditioner = PRECONDITIONERS[method]
     stop = stop or "loss"
     if tol is None:
         tol = 1e-3 if stop == "loss" else (1e-10 if H.dtype == torch.float64 else 1e-4)
@@ -249,9 +259,8 @@ def restricted_solve(H: torch.Tensor, A: torch.Tensor, B: torch.Tensor, V: torch
     if preconditioner == "inverse":
         G = inverse if inverse is not None else torch.cholesky_inverse(torch.linalg.cholesky(H))
         G = G if full_a else G[cols_a][:, cols_a]
-    options = dict(tol=tol, stop=stop, preconditioner=preconditioner, deflation=model, rank=rank, inverse=G,
-                   block=block, window=window, low_precision_setup=low_precision_setup, product=product,
-                   refresh=refresh, stats=stats)
+    options = dict(options, tol=tol, stop=stop, preconditioner=preconditioner, deflation=model, rank=rank, inverse=G,
+                   stats=stats)
     # rows in chunks whose CG work arrays (~12 of rows × |A's columns|) fit `cg_bytes`: each chunk meets the
     # tolerance on its own loss (so the layer does), and its vectors stay in cache between the products
     chunk = rows if segments else max(256, cg_bytes // (12 * Ha.shape[0] * Ha.element_size()))
@@ -303,10 +312,3 @@ def _obs_identity_solve(H, A, B, VB, max_bytes, inverse, stats):
         stats.extra["factor_size"] = int(B.sum(1).max())
     return out
 
-
-def masked_conjugate_gradient(H: torch.Tensor, A: torch.Tensor, rhs: torch.Tensor, tol: float | None = None,
-                              max_iter: int | None = None) -> torch.Tensor:
-    """x_A = H_AA⁻¹ rhs_A for all rows by Jacobi-preconditioned CG to ‖r‖ ≤ tol·‖rhs‖ (default 1e-4 in float32,
-    1e-10 in float64): the solver before issue 42, kept for comparisons (toolkit.linalg.restricted.masked_pcg)."""
-    tol = tol if tol is not None else (1e-10 if H.dtype == torch.float64 else 1e-4)
-    return masked_pcg(H, A, rhs, tol=tol, stop="residual", preconditioner="jacobi", max_iter=max_iter)

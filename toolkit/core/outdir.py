@@ -75,12 +75,25 @@ def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = (),
     no folder: `-d valid.txt -o runs/x` is fine.) Symlinks are followed: --out is judged by its
     target. An existing empty directory is fine (the run replaces it). `files` (configuration files such as a
     mergekit YAML) are protected themselves, not their folder."""
-    from toolkit.core.paths import caches
-
     given = Path(out).expanduser()
     out = given.resolve()
     if out.exists() and not out.is_dir():
         raise BadInputError(f"--out {given} is an existing file, not a directory", "choose a directory path")
+    _refuse_caches(out, given)
+    _refuse_inputs(out, given, inputs, files)
+    _refuse_location(out, given)
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise BadInputError(f"--out {given} exists and is not empty", "pass --overwrite or choose another directory")
+    if not is_iclrkit_output(out) and not force:
+        raise BadInputError(f"--out {given} is not an iclrkit output (no run.json); --overwrite would delete it",
+                            "pass --overwrite --force to replace it anyway, or choose another directory")
+
+
+def _refuse_caches(out: Path, given: Path) -> None:
+    from toolkit.core.paths import caches
+
     for name, cache in caches().items():
         cache = cache.expanduser().resolve()
         if out == cache or cache in out.parents:
@@ -89,6 +102,9 @@ def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = (),
         if out in cache.parents and cache.exists():
             raise BadInputError(f"--out {given} contains the {name} {cache}; outputs never replace a cache",
                                 "choose a directory of its own")
+
+
+def _refuse_inputs(out: Path, given: Path, inputs, files) -> None:
     for item in inputs:
         path = input_location(item)
         if path is None:
@@ -107,24 +123,19 @@ def check_out_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path] = (),
         src = Path(item).expanduser().resolve()
         if out == src or out in src.parents:
             raise BadInputError(f"--out {given} is or contains the input {item}; choose another directory")
+
+
+def _refuse_location(out: Path, given: Path) -> None:
+    """A place where neither OUT.partial nor OUT can be made, or a mount point (which cannot be renamed onto)."""
     anchor = _first_existing(out.parent)
     if not anchor.is_dir():
         raise BadInputError(f"--out {given}: {anchor} is a file, so the directory cannot be made")
     if not os.access(anchor, os.W_OK | os.X_OK):
         raise BadInputError(f"--out {given}: {anchor} is not writable (read-only or no permission), so neither "
                             f"{out.name}.partial nor {out.name} can be written there", "choose a writable location")
-    if not out.exists():
-        return
-    if os.path.ismount(out):
+    if out.exists() and os.path.ismount(out):
         raise BadInputError(f"--out {given} is a mount point; a run is built beside it in {out.name}.partial and "
                             "renamed onto it, which a mount point cannot take", f"use a directory inside it: {given}/run")
-    if not any(out.iterdir()):
-        return
-    if not overwrite:
-        raise BadInputError(f"--out {given} exists and is not empty", "pass --overwrite or choose another directory")
-    if not is_iclrkit_output(out) and not force:
-        raise BadInputError(f"--out {given} is not an iclrkit output (no run.json); --overwrite would delete it",
-                            "pass --overwrite --force to replace it anyway, or choose another directory")
 
 
 def partial_dir_for(out: Path) -> Path:

@@ -165,6 +165,7 @@ def _woodbury_factors(model: Deflation, mask: torch.Tensor, low_precision: bool)
 
 # -- conjugate gradients ----------------------------------------------------------------------------------------
 
+# long: one preconditioned CG loop; its iterates, residuals, loss window and stats share every step
 def masked_pcg(H: torch.Tensor, A: torch.Tensor, rhs: torch.Tensor, *, loss0: torch.Tensor | None = None,
                tol: float = 1e-3, stop: str = "loss", window: int = 3, max_iter: int | None = None,
                preconditioner: str = "deflation", deflation: Deflation | None = None, rank: int | None = None,
