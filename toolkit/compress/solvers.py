@@ -21,15 +21,8 @@ from toolkit.compress.masks import check_sparsity
 from toolkit.compress.quant import quantize_rows
 from toolkit.core.errors import RunError
 from toolkit.linalg.hessian import damped_cholesky
-from toolkit.linalg.restricted import (
-    Deflation,
-    SolveStats,
-    auto_rank,
-    deflation_basis,
-    factor_rows,
-    masked_pcg,
-    padded_indices,
-)
+from toolkit.linalg.padded import factor_rows, padded_indices
+from toolkit.linalg.restricted import Deflation, SolveStats, auto_rank, deflation_basis, masked_pcg
 
 
 @dataclass

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from toolkit.core.errors import RunError
+from toolkit.linalg.padded import cholesky_blocks, padded_indices, triangular_solves
 
 
 @dataclass
@@ -320,13 +321,13 @@ def _preconditioner(kind: str, H, A, mask, deflation, rank, inverse, block, low_
             b1 = min(b0 + block, H.shape[0])
             idx, valid = padded_indices(A[:, b0:b1])
             if idx.shape[1]:
-                blocks.append((b0, idx, valid.to(dtype), _factor(H[b0:b0 + block, b0:b0 + block], idx, valid)))
+                blocks.append((b0, idx, valid.to(dtype), cholesky_blocks(H[b0:b0 + block, b0:b0 + block], idx, valid)))
 
         def apply(r):
             out = torch.zeros_like(r)
             for b0, idx, valid, L in blocks:
                 part = torch.gather(r[:, b0:b0 + block], 1, idx) * valid
-                out[:, b0:b0 + block].scatter_(1, idx, _triangular_solves(L, part) * valid)
+                out[:, b0:b0 + block].scatter_(1, idx, triangular_solves(L, part) * valid)
             return out
         return apply
     raise ValueError(f"unknown preconditioner {kind!r}")
@@ -342,37 +343,3 @@ def _segment_bounds(rows: int, segments: list[int] | None) -> list[tuple[int, in
     if start != rows:
         raise ValueError(f"segments add up to {start}, not to the {rows} rows")
     return bounds
-
-
-# -- the exact batched Cholesky -----------------------------------------------------------------------------------
-
-def padded_indices(select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, the selected column indices first (ascending), padded to the row maximum; plus a validity mask."""
-    counts = select.sum(dim=1)
-    width = int(counts.max().item()) if select.numel() else 0
-    order = torch.argsort((~select).to(torch.int8), dim=1, stable=True)[:, :width]
-    valid = torch.arange(width, device=select.device).unsqueeze(0) < counts.unsqueeze(1)
-    return order, valid
-
-
-def _factor(M: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Per row, the Cholesky factor of M_SS (S its valid indices), padded with an identity: [rows, w, w]."""
-    okf = valid.to(M.dtype)
-    system = M[idx.unsqueeze(2), idx.unsqueeze(1)] * okf.unsqueeze(2) * okf.unsqueeze(1)
-    system.diagonal(dim1=1, dim2=2).add_(1.0 - okf)
-    L, info = torch.linalg.cholesky_ex(system)
-    if (info != 0).any():
-        raise RunError("a restricted Hessian block is not positive definite", "raise percdamp")
-    return L
-
-
-def _triangular_solves(L: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
-    # two triangular solves: several times faster than cholesky_solve for batched single right-hand sides
-    y = torch.linalg.solve_triangular(L, rhs.unsqueeze(2), upper=False)
-    return torch.linalg.solve_triangular(L.transpose(1, 2), y, upper=True).squeeze(2)
-
-
-def factor_rows(M: torch.Tensor, rhs_full: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """For each row, y = M_SS⁻¹ rhs_S with S its valid indices (padded entries give 0): one batched Cholesky."""
-    okf = valid.to(M.dtype)
-    return _triangular_solves(_factor(M, idx, valid), torch.gather(rhs_full, 1, idx) * okf) * okf
