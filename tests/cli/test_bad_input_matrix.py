@@ -226,7 +226,8 @@ def baseline(leaf: Leaf, world: World) -> tuple[list[str], dict[str, Path]]:
 
 
 # Required config keys no flag offers whose structure a generic value cannot fill (Config.field: --set value).
-REQUIRED_SETS = {"LMZooConfig.tasks": "{a: {train: embedded}, b: {train: embedded}}"}
+REQUIRED_SETS = {"LMZooConfig.tasks": "{a: {train: embedded}, b: {train: embedded}}",
+                 "PassthroughConfig.slices": "[{sources: [{model: zoo:gpt2-tiny, layer_range: [0, 1]}]}]"}
 
 
 def _out_args(leaf: Leaf, out: Path) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolkit.core.config import BaseConfig
+from toolkit.core.fields import signed
 from toolkit.core.registry import declare
 
 declare("merge", "toolkit.merge.methods")  # every module there registers its method(s)
@@ -20,6 +21,10 @@ declare("merge", "toolkit.merge.methods")  # every module there registers its me
 MODELS_HOW = "--model repeated and/or comma separated (--models is the same); a folder of model dirs expands."
 # a number, or a gradient over the layers (mergekit's list form)
 Scalar = Union[float, list[float]]
+Share = Annotated[float, Field(gt=0, le=1)]  # a fraction kept: (0, 1]
+ShareScalar = Union[Share, list[Share]]  # ... or its gradient over the layers
+Margin = Annotated[float, Field(ge=0, lt=1)]  # a fraction dropped or a half-width: [0, 1)
+MarginScalar = Union[Margin, list[Margin]]
 # the flags every same-size tensor merge offers besides its own knobs
 TENSOR_FLAGS = ["numerics"]
 
@@ -54,7 +59,8 @@ class TensorMergeConfig(StreamingFields):
 
     method: str = "average"  # the registered merge method; each config class pins its own
     models: list[str] = models_field("Models to merge (paths or zoo:NAME)")
-    weights: list[Scalar] | None = weights_field("Merge weight per model; default: the same for every model.")
+    weights: list[Scalar] | None = weights_field("Merge weight per model; default: the same for every model.",
+                                                 signed=True)
     numerics: Literal["float64", "mergekit"] = Field(
         "float64", description="float64: every merge computed in float64, rounded once to the output dtype (the "
                                "default: correctly rounded); mergekit: computed as mergekit 0.1.5 does, in the "
@@ -79,7 +85,8 @@ class AverageConfig(TensorMergeConfig):
     """Weight averaging (model soup) of same-size models; mergekit's `linear`."""
 
     method: Literal["average"] = "average"
-    weights: list[Scalar] | None = weights_field("Merge weight per model (normalised); default uniform.")
+    weights: list[Scalar] | None = weights_field("Merge weight per model (normalised); default uniform.",
+                                                 signed=True)
     # false: Σ wᵢ θᵢ as given (mergekit's `normalize: false`); true: divided by Σ wᵢ
     normalize: bool = True
 
@@ -89,7 +96,7 @@ class TaskVectorFields(TensorMergeConfig):
 
     models: list[str] = models_field("Fine-tuned models")
     base: str = Field(..., description="The common pre-trained model the task vectors are taken from.")
-    scaling: Scalar = Field(1.0, description="λ, the scaling of the merged task vector (mergekit's `lambda`).")
+    scaling: Scalar = Field(1.0, description="λ, the scaling of the merged task vector (mergekit's `lambda`).", json_schema_extra=signed())
     normalize: bool = False  # divide the merged task vector by the summed weights (of the agreeing models, TIES)
 
 
@@ -97,13 +104,13 @@ class TaskArithmeticConfig(TaskVectorFields):
     """Task arithmetic (Ilharco et al., ICLR 2023, https://arxiv.org/abs/2212.04089): θ_base + λ Σ (θ_i − θ_base)."""
 
     method: Literal["task-arithmetic"] = "task-arithmetic"
-    scaling: Scalar = Field(1.0, description="λ, the task-vector scaling (paper: tuned on validation).")
+    scaling: Scalar = Field(1.0, description="λ, the task-vector scaling (paper: tuned on validation).", json_schema_extra=signed())
 
 
 class SparsifiedFields(TaskVectorFields):
     """Task-vector merges that first drop entries of each τᵢ (TIES, DARE, DELLA, breadcrumbs)."""
 
-    density: Scalar = Field(0.2, description="Fraction k of each task vector kept, (0, 1].")
+    density: ShareScalar = Field(0.2, description="Fraction k of each task vector kept, (0, 1].")
     densities: list[Scalar] | None = None  # per model (mergekit's per-model density); None: `density` for all
     rescale: bool = False  # scale each sparsified τ back to its L1 norm (mergekit's `rescale`)
 
@@ -112,8 +119,8 @@ class TiesConfig(SparsifiedFields):
     """TIES-Merging (Yadav et al., NeurIPS 2023, https://arxiv.org/abs/2306.01708; github.com/prateeky2806/ties-merging)."""
 
     method: Literal["ties"] = "ties"
-    density: Scalar = Field(0.2, description="Fraction k of each task vector kept (paper: top 20%).")
-    scaling: Scalar = Field(1.0, description="λ applied to the merged task vector (paper: 1).")
+    density: ShareScalar = Field(0.2, description="Fraction k of each task vector kept (paper: top 20%).")
+    scaling: Scalar = Field(1.0, description="λ applied to the merged task vector (paper: 1).", json_schema_extra=signed())
     normalize: bool = True
 
 
@@ -123,7 +130,7 @@ class DareConfig(SparsifiedFields):
     (dare-ties). The drops are seeded per tensor and model from --seed."""
 
     method: Literal["dare-ties", "dare-linear"] = "dare-ties"
-    density: Scalar = Field(0.5, description="Probability of keeping each task-vector entry, (0, 1].")
+    density: ShareScalar = Field(0.5, description="Probability of keeping each task-vector entry, (0, 1].")
     rescale: bool = True
 
 
@@ -133,7 +140,7 @@ class DellaConfig(DareConfig):
     summed (della-linear)."""
 
     method: Literal["della"] = "della"
-    epsilon: Scalar = Field(0.15, description="Half-width of the keep probabilities around the density.")
+    epsilon: MarginScalar = Field(0.15, description="Half-width of the keep probabilities around the density.")
     normalize: bool = True
 
 
@@ -150,8 +157,8 @@ class BreadcrumbsConfig(SparsifiedFields):
     (breadcrumbs) or TIES' sign election (breadcrumbs-ties)."""
 
     method: Literal["breadcrumbs", "breadcrumbs-ties"] = "breadcrumbs"
-    density: Scalar = Field(0.9, description="Fraction of each task vector kept, (0, 1].")
-    gamma: Scalar = Field(0.01, description="Fraction of the largest-magnitude entries dropped as outliers.")
+    density: ShareScalar = Field(0.9, description="Fraction of each task vector kept, (0, 1].")
+    gamma: MarginScalar = Field(0.01, description="Fraction of the largest-magnitude entries dropped as outliers.")
 
 
 class ModelStockConfig(TensorMergeConfig):
@@ -172,7 +179,7 @@ class SlerpConfig(TensorMergeConfig):
     models: list[str] = models_field("The model interpolated towards (one)")
     base: str = Field(..., description="The model at t = 0.")
     t: Scalar = Field(0.5, description="Interpolation factor (0: base, 1: the other model); a list is a gradient "
-                                       "over the layers.", json_schema_extra={"style": "comma"})
+                                       "over the layers.", json_schema_extra=signed({"style": "comma"}))
 
 
 class PassthroughSource(BaseModel):
