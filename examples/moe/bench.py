@@ -210,6 +210,7 @@ def write_rows(args, model_dir, made, runs, losses) -> None:
               "command": "python examples/moe/bench.py" + (f" --model {args.model}" if args.model else ""),
               "commit": _commit(), "date": datetime.date.today().isoformat(),
               "machine": f"{os.cpu_count()} cores, one thread per run, shared with other jobs (CPU seconds)",
+              "repro": "examples/moe/bench.py", "seed": 0,  # the random model's weights (torch.manual_seed(0))
               "model_written": made}
     (HERE / "results.json").write_text(json.dumps(record, indent=2) + "\n")
     render(record)
