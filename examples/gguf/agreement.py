@@ -105,7 +105,8 @@ def sharpen(model) -> None:
     attention near-uniform and logits ~0.5, where a wrong q/k row order or a missing norm offset would barely show."""
     import torch
 
-    from toolkit.models.view import is_norm, norm_info
+    from toolkit.models.layout import is_norm
+    from toolkit.models.norms import norm_info
 
     generator = torch.Generator().manual_seed(0)
     embed = model.get_input_embeddings().weight

@@ -469,7 +469,8 @@ class _Rows:
 
 def _norm_offsets(view) -> dict[str, float]:
     """Full module path → the offset of its scale ((1 + w) norms: 1.0), for every norm of the model."""
-    from toolkit.models.view import is_norm, norm_info
+    from toolkit.models.layout import is_norm
+    from toolkit.models.norms import norm_info
 
     offsets = {}
     for index in range(len(view)):
