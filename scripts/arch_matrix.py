@@ -275,7 +275,9 @@ def gguf_grid_check(path: Path, q) -> tuple[bool, str, dict]:
     import gguf
     import numpy as np
 
-    from toolkit.export.gguf import _block_scales, _name_for, read_q4_0
+    from toolkit.export.gguf import read_q4_0
+    from toolkit.export.gguf.q4_0 import grid_block_scales
+    from toolkit.export.gguf.tensors import name_for
 
     metadata, grids, _ = read_q4_0(path)
     arch = metadata["general.architecture"]
@@ -286,9 +288,9 @@ def gguf_grid_check(path: Path, q) -> tuple[bool, str, dict]:
     expected: list[tuple[str, int | None, np.ndarray, np.ndarray]] = []
     for slot_name, grid in q.linears.items():
         _, slot = view.resolve(slot_name)
-        codes, scales = grid.codes.numpy(), _block_scales(grid)
+        codes, scales = grid.codes.numpy(), grid_block_scales(grid)
         if slot.kind != "expert":
-            expected.append((_name_for(names, slot_name + ".weight", decoder), None, codes, scales))
+            expected.append((name_for(names, slot_name + ".weight", decoder), None, codes, scales))
             continue
         index = int(slot_name[len(view.layers_path) + 1:].split(".", 1)[0])
         kinds = ([gguf.MODEL_TENSOR.FFN_DOWN_EXP] if slot.param == "down_proj"

@@ -311,21 +311,21 @@ def tiny_gguf(tmp_path_factory, tiny_tokenizer):
     from toolkit.compress.quant import fit_weight_scale, quantize_rows
     from toolkit.export.gguf import save_gguf
     from toolkit.export.quantized import from_model
-    from toolkit.models.adapters import adapter_for, get_layers
+    from toolkit.models.view import view_of
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     model = LlamaForCausalLM(config).eval()
-    adapter = adapter_for(model)
+    view = view_of(model)
     scales = {}
-    for i, layer in enumerate(get_layers(model, adapter)):
-        for path in adapter.block_linears():
-            module = layer.get_submodule(path)
-            scales[f"model.layers.{i}.{path}"] = fit_weight_scale(module.weight.data, 4)
-            module.weight.data = quantize_rows(module.weight.data, scales[f"model.layers.{i}.{path}"], 4)
-    q = from_model(model, tiny_tokenizer, adapter, scales, 4,
-                   {"method": "rtn", "w_bits": 4, "a_bits": 16, "kv_bits": 16, "rotation": None}, {})
+    for i, block in enumerate(view.blocks):
+        for slot in view.slots(i):
+            name = view.full_name(i, slot)
+            scales[name] = fit_weight_scale(slot.weight(block), 4)
+            slot.set_weight(block, quantize_rows(slot.weight(block), scales[name], 4))
+    q = from_model(view, tiny_tokenizer, scales, 4, {"method": "rtn", "w_bits": 4, "a_bits": 16, "kv_bits": 16,
+                                                     "rotation": None}, {})
     folder = tmp_path_factory.mktemp("gguf") / "models"
     save_gguf(q, folder, card={"command": "pytest"})
     return folder / "model-Q4_0.gguf"

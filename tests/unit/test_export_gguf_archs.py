@@ -188,13 +188,13 @@ def test_llama3_rope_is_written_as_rope_factors(tmp_path, tiny_tokenizer):
     inverse frequencies over its llama3-scaled ones."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    from toolkit.export.gguf import _rope_factors
+    from toolkit.export.gguf.metadata import rope_factors
 
     config = _config("llama", head_dim=16)
     config.rope_parameters = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                               "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
     check_architecture(config)
-    factors = _rope_factors(config, 16)
+    factors = rope_factors(config, 16)
     scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
     default = 1.0 / 10000.0 ** (np.arange(0, 16, 2) / 16)
     assert np.allclose(default / factors, scaled.numpy(), rtol=1e-6)
@@ -225,16 +225,16 @@ QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
         r"\p{N}|", r"\p{N}{1,3}|")}}, {"type": "ByteLevel", "use_regex": False}]}, "llama-bpe"),
 ])
 def test_byte_level_pre_tokenizers_map_to_llama_cpp_names(pre, name):
-    from toolkit.export.gguf import _bpe_pre
+    from toolkit.export.gguf.vocab import bpe_pre
 
-    assert _bpe_pre(pre) == name
+    assert bpe_pre(pre) == name
 
 
 def test_an_unknown_pre_tokenizer_regex_is_refused():
-    from toolkit.export.gguf import _bpe_pre
+    from toolkit.export.gguf.vocab import bpe_pre
 
     with pytest.raises(BadInputError, match="llama.cpp would split text differently"):
-        _bpe_pre({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": r"\w+"}},
+        bpe_pre({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": r"\w+"}},
                                                          {"type": "ByteLevel", "use_regex": False}]})
 
 
@@ -246,7 +246,7 @@ def test_sentencepiece_style_vocabulary_is_written_with_merge_rank_scores(tmp_pa
     from tokenizers import Tokenizer, decoders, models, normalizers
     from transformers import PreTrainedTokenizerFast
 
-    from toolkit.export.gguf import _tokenizer_metadata
+    from toolkit.export.gguf.vocab import write_tokenizer
 
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x41>": 3, "▁": 4, "a": 5, "b": 6, "ab": 7, "▁ab": 8, "ba": 9}
     merges = [("a", "b"), ("▁", "ab"), ("b", "a")]
@@ -256,7 +256,7 @@ def test_sentencepiece_style_vocabulary_is_written_with_merge_rank_scores(tmp_pa
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     path = tmp_path / "v.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
-    _tokenizer_metadata(writer, tokenizer, len(vocab))
+    write_tokenizer(writer, tokenizer, len(vocab))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.close()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 50
-# being split in a concurrent refactor (compress recipes as stages, the model view, export): their owners' work
-PENDING = {"toolkit/export/gguf.py"}  # being rewritten for every llama.cpp architecture
+# modules being split in a concurrent refactor, skipped until their owner lands it (none now)
+PENDING: set[str] = set()
 
 
 def test_long_functions_say_why():
