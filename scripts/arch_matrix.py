@@ -72,19 +72,21 @@ class Bench:
             torch.manual_seed(0)
             build_tiny(arch, len(tokenizer)).save_pretrained(self.model_dir)
             tokenizer.save_pretrained(self.model_dir)
-        self.text = root / "text.txt"
+        data = root / "data"  # inputs in a folder of their own: an --out never goes into an input's folder
+        data.mkdir(exist_ok=True)
+        self.text = data / "text.txt"
         from toolkit.data.text import embedded_text
 
         self.text.write_text(embedded_text()[:20_000])
-        self.facts = root / "facts.jsonl"
+        self.facts = data / "facts.jsonl"
         self.facts.write_text("\n".join(json.dumps({"prompt": p, "subject": s, "target_new": t}) for p, s, t in FACTS))
-        self.pairs = root / "pairs.jsonl"
+        self.pairs = data / "pairs.jsonl"
         self.pairs.write_text("".join(json.dumps({"undesired": u, "neutral": n}) + "\n" for u, n in PAIRS))
         docs = [self.text.read_text()[i:i + 200] for i in range(0, 1600, 200)]
-        self.forget, self.retain = root / "forget.json", root / "retain.json"
+        self.forget, self.retain = data / "forget.json", data / "retain.json"
         self.forget.write_text(json.dumps(docs[:2]))
         self.retain.write_text(json.dumps(docs[2:4]))
-        self.gsm = root / "gsm.jsonl"
+        self.gsm = data / "gsm.jsonl"
         self.gsm.write_text("".join(json.dumps({"question": f"What is {a} plus {a}?",
                                                 "answer": f"{a} + {a} = {2 * a}\n#### {2 * a}"}) + "\n"
                                     for a in (1, 2, 3)))

@@ -76,7 +76,10 @@ def test_compress_writes_compressed_tensors_and_packed(cli, tiny_llama_dir, text
     assert (out / "packed" / "model.packed.safetensors").exists()
     config = json.loads((out / "compressed-tensors" / "config.json").read_text())
     assert config["quantization_config"]["format"] == "pack-quantized"
-    assert "iclrkit compress rtn" in (out / "compressed-tensors" / "README.md").read_text()
+    ct_card = (out / "compressed-tensors" / "README.md").read_text()
+    assert "iclrkit compress rtn" in ct_card
+    # the card names where the model is once the run is done, not the OUT.partial folder it was written in
+    assert f'from_pretrained("{out / "compressed-tensors"}")' in ct_card and ".partial" not in ct_card
     packed_card = (out / "packed" / "README.md").read_text()
     assert "iclrkit compress rtn" in packed_card and "Calibration data: " in packed_card
     assert "stay in this format" in packed_card

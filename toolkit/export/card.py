@@ -100,8 +100,14 @@ def write_card(out: Path, kind: str, q, summary: dict, info: dict, target: Path 
     """README.md in `out`; `target` is what to serve (the directory, or the .gguf file)."""
     out = Path(out)
     path = out / "README.md"
-    path.write_text(card_text(kind, q, summary, info, Path(target or out)))
+    path.write_text(card_text(kind, q, summary, info, final_path(Path(target or out))))
     return path
+
+
+def final_path(path: Path) -> Path:
+    """Where `path` will be once the run finishes: a run writes into OUT.partial and renames it to OUT, so the card
+    names the final location (the .partial folder is gone when a user reads it)."""
+    return Path(*[part[:-len(".partial")] if part.endswith(".partial") else part for part in path.parts])
 
 
 def dense_card_notes(config, metadata: dict) -> str:
