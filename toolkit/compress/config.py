@@ -18,6 +18,7 @@ from toolkit.core.fields import Count, data_field, model_field, onload_field
 from toolkit.core.registry import declare
 
 declare("compress", "toolkit.compress.methods")  # every module there registers its method(s)
+declare("compress-stage", "toolkit.compress.methods")  # ... and its recipe stage(s) (toolkit/compress/stages.py)
 
 # the config fields every compress command offers as flags (a method adds its own, e.g. OBR's alpha and mode)
 BASE_FLAGS = ["model", "data", "eval_data", "w_bits", "a_bits", "kv_bits", "kv_quant", "sparsity", "nm", "group_size",
@@ -205,7 +206,8 @@ class WandaConfig(MaskedConfig):
 
 
 class SparsegptGptqConfig(_Ordered):
-    """`iclrkit compress sparsegpt-gptq`: the two-stage baseline, SparseGPT 50% → refit scales → GPTQ (mask kept)."""
+    """`iclrkit compress sparsegpt-gptq`: the two-stage baseline, SparseGPT 50% → refit scales → GPTQ (mask kept):
+    the recipe [sparsegpt, gptq] (toolkit/compress/stages.py) with this config's knobs, kept as a command."""
 
     method: Literal["sparsegpt-gptq"] = "sparsegpt-gptq"
     sparsity: float = 0.5

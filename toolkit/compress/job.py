@@ -15,6 +15,7 @@ class LinearJob:
     hessian_raw: Any  # 2/n Σ x xᵀ over the calibration tokens (undamped)
     hessian: Any  # damped (solvers.damp_hessian) when the method needs_hessian, else None
     config: Any
+    keep: Any = None  # the kept entries an earlier recipe stage chose (toolkit.compress.stages); None: the config's
 
     @property
     def bits(self) -> int:
@@ -55,8 +56,12 @@ class LinearJob:
     @cached_property
     def mask(self):
         """Kept entries: the config's mask (magnitude or Wanda scores) at its sparsity / N:M, or all ones. Only for
-        a method whose config declares the scores (config.MaskedConfig)."""
+        a method whose config declares the scores (config.MaskedConfig). In a recipe, the mask an earlier stage chose
+        (`keep`)."""
         import torch
+
+        if self.keep is not None:
+            return self.keep
 
         from toolkit.compress.config import MaskedConfig
         from toolkit.compress.masks import magnitude_scores, make_mask, parse_nm, wanda_scores
