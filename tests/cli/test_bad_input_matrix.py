@@ -226,7 +226,8 @@ def baseline(leaf: Leaf, world: World) -> tuple[list[str], dict[str, Path]]:
 
 
 # Required config keys no flag offers whose structure a generic value cannot fill (Config.field: --set value).
-REQUIRED_SETS = {"LMZooConfig.tasks": "{a: {train: embedded}, b: {train: embedded}}"}
+REQUIRED_SETS = {"LMZooConfig.tasks": "{a: {train: embedded}, b: {train: embedded}}",
+                 "RecipeConfig.stages": "[gptq]"}
 
 
 def _out_args(leaf: Leaf, out: Path) -> list[str]:

@@ -56,7 +56,7 @@ def resolve_defaults(config, rotate: bool, ctx=None):
     update = {}
     if getattr(config, "actorder", None) == "auto":
         update["actorder"] = "none" if rotate else "static"
-    if config.w_clip is None:
+    if getattr(config, "w_clip", False) is None:  # a recipe stage's own small config may have no grid knobs
         update["w_clip"] = bool(rotate)
     if getattr(config, "w_range", None) == "auto":
         update["w_range"] = "signed" if update.get("w_clip", config.w_clip) else "full"
