@@ -39,7 +39,7 @@ class LinearJob:
 
         if self.bits >= 16:
             return None
-        clip = self.config.w_clip  # None: a config run_compress did not resolve (recipe.resolve_defaults) — clip
+        clip = self.config.w_clip  # None: a config run_compress did not resolve (config.resolve_defaults) — clip
         return fit_grid(self.W if weights is None else weights, self.bits, clip is None or clip,
                         self.config.group_size, self.group_order, full_range=self.config.w_range == "full",
                         search=self.config.w_clip_search)

@@ -9,7 +9,7 @@ import json
 import logging
 
 from toolkit.compress.blocks import G_IDX, BlockCompressor
-from toolkit.compress.config import CompressConfig
+from toolkit.compress.config import CompressConfig, resolve_defaults
 from toolkit.compress.stages import transforms
 from toolkit.core.registry import registry
 from toolkit.core.timing import Stopwatch
@@ -47,23 +47,6 @@ def _meta(entry, key: str, config) -> bool:
     """A method's metadata flag; a recipe's depends on its stages (registered as a function of the config)."""
     value = entry.meta.get(key)
     return bool(value(config) if callable(value) else value)
-
-
-def resolve_defaults(config, rotate: bool, ctx=None):
-    """The rotation-dependent defaults, measured on SmolLM2 W4A16 GPTQ (examples/obr/RESULTS.md): actorder=auto →
-    static unrotated, none rotated; w_clip=None → the MSE clip search rotated, min-max unrotated; w_range=auto →
-    full with min-max scales, signed under the clip search. The effective values are recorded in the metrics."""
-    update = {}
-    if getattr(config, "actorder", None) == "auto":
-        update["actorder"] = "none" if rotate else "static"
-    if getattr(config, "w_clip", False) is None:  # a recipe stage's own small config may have no grid knobs
-        update["w_clip"] = bool(rotate)
-    if getattr(config, "w_range", None) == "auto":
-        update["w_range"] = "signed" if update.get("w_clip", config.w_clip) else "full"
-    config = config.model_copy(update=update)
-    if ctx is not None:
-        ctx.metrics.update(update)
-    return config
 
 
 def _resolve_rotate(config: CompressConfig, view, ctx=None) -> bool:

@@ -128,7 +128,7 @@ def resolve(spec: Any, run: dict[str, Any]) -> list[Stage]:
     its knobs over `run`'s shared fields, with the rotation-dependent "auto" values resolved."""
     from pydantic import ValidationError
 
-    from toolkit.compress.recipe import resolve_defaults
+    from toolkit.compress.config import resolve_defaults
 
     pairs = named_stages(KIND, spec)
     check_order([entry for entry, _ in pairs])
