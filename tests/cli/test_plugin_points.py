@@ -43,6 +43,11 @@ def test_builtin_methods_follow_their_rooms_protocols():
     for kind, protocol in rooms.items():
         builtin = [e for e in registry(kind) if e.obj.__module__.startswith("toolkit.")]
         assert builtin and all(conforms(e.obj, protocol) for e in builtin), kind
+    from toolkit.compress.stages import TransformStage
+
+    stages = [e for e in registry("compress-stage") if e.obj.__module__.startswith("toolkit.")]
+    assert {e.meta["role"] for e in stages} == {"transform", "prune", "quantize"}
+    assert all(conforms(e.obj, TransformStage if e.meta["role"] == "transform" else CompressMethod) for e in stages)
     tensorwise = [e for e in registry("merge") if e.meta.get("tensorwise")]
     assert len(tensorwise) >= 10 and all(conforms(e.obj, TensorMethod) for e in tensorwise)
 

@@ -30,7 +30,7 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from toolkit.core.errors import BadInputError
 from toolkit.core.registry import Entry, registry
@@ -39,6 +39,13 @@ from toolkit.core.registry import stages as named_stages
 KIND = "compress-stage"
 QUANT_KNOBS = ["w_bits", "group_size", "w_clip", "w_clip_search", "w_range"]  # every quantizer's grid
 MASK_KNOBS = ["sparsity", "nm"]
+
+
+class TransformStage(Protocol):
+    """A whole-model stage (role "transform"): changes the model in place before the block pass; returns what the
+    export needs ({"rotation": record} for rotate) or an empty dict. Per-linear stages are CompressMethod."""
+
+    def __call__(self, view: Any, windows: Any, stage_config: Any, run_config: Any, ctx: Any) -> dict: ...
 
 
 @dataclass(frozen=True)
