@@ -18,7 +18,7 @@ class SmoothConfig(BaseConfig):
 @register("compress-stage", "smooth", config=SmoothConfig, role="transform", knobs=["alpha"],
           help="SmoothQuant: per-channel scales migrated from the activations into the linears a norm feeds, "
                "folded into that norm.")
-def smooth(view, windows, stage_config, config, ctx) -> dict:
+def smooth(view, windows, stage_config, run_config, ctx) -> dict:
     from toolkit.compress.smooth import smooth_model
 
     scales = smooth_model(view, windows, stage_config.alpha, ctx.device)
