@@ -140,3 +140,35 @@ def test_smooth_then_gptq_beats_gptq_on_activation_outliers(cli, tiny_tokenizer,
             assert json.loads(r.stdout)["metrics"]["smooth"]["norms"] == 4  # 2 blocks × (attention, MLP) norms
         errors[name] = _w8a8_error(out, original, probe, 8)
     assert errors["smooth"] < 0.5 * errors["gptq"], errors
+
+
+@pytest.mark.parametrize("model_type", ["gemma", "phi", "opt"])  # Gemma's (1 + γ); a parallel block; OPT's biases
+def test_the_float_function_is_kept_across_norm_conventions(model_type):
+    from toolkit.compress.smooth import smooth_model
+    from toolkit.models.tiny import build_tiny
+    from toolkit.models.view import view_of
+
+    torch.manual_seed(0)
+    model = build_tiny(model_type, VOCAB).float()
+    with torch.no_grad():
+        for module in model.modules():
+            if "norm" in type(module).__name__.lower() and getattr(module, "weight", None) is not None:
+                module.weight.add_(torch.rand(module.weight.shape) * 3)
+    windows = torch.randint(3, VOCAB, (2, 16), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        reference = model(windows).logits
+    scales = smooth_model(view_of(model), windows, 0.5, "cpu")
+    assert scales and any((s - 1).abs().max() > 0.1 for s in scales.values())  # the weights did change
+    with torch.no_grad():
+        torch.testing.assert_close(model(windows).logits, reference, rtol=1e-4,
+                                   atol=1e-4 * reference.abs().max().item())
+
+
+def test_smoothing_is_refused_where_a_group_reads_the_residual_without_a_norm():
+    from toolkit.compress.smooth import smooth_targets
+    from toolkit.core.errors import BadInputError
+    from toolkit.models.tiny import build_tiny
+    from toolkit.models.view import view_of
+
+    with pytest.raises(BadInputError, match="without a norm"):
+        smooth_targets(view_of(build_tiny("olmo2", VOCAB)))  # post-norm blocks
