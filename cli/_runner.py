@@ -19,9 +19,9 @@ from cli._ranks import check_ranks, owns_process_group, process_group, process_r
 
 ROOT_STATE: dict[str, Any] = {"device": None, "seed": None, "verbosity": 0, "offline": False, "threads": None,
                               "force": False}
-# Inputs that are configuration files (a mergekit YAML): --out may not be them, but may sit beside them, as
+# Inputs that are configuration files (a mergekit YAML, a compress recipe): --out may not be them, but may sit beside them, as
 # `mergekit-yaml config.yml ./out` does; model and data inputs protect their whole folder.
-CONFIG_INPUTS = ("mergekit_config",)
+CONFIG_INPUTS = ("mergekit_config", "recipe")
 # Techniques whose config key `threads` is torch's thread count (a benchmark's variable); the runner applies it.
 CONFIG_THREADS = ("segment.mbunet.bench", "study.cot")
 

@@ -227,7 +227,8 @@ def baseline(leaf: Leaf, world: World) -> tuple[list[str], dict[str, Path]]:
 
 # Required config keys no flag offers whose structure a generic value cannot fill (Config.field: --set value).
 REQUIRED_SETS = {"LMZooConfig.tasks": "{a: {train: embedded}, b: {train: embedded}}",
-                 "PassthroughConfig.slices": "[{sources: [{model: zoo:gpt2-tiny, layer_range: [0, 1]}]}]"}
+                 "PassthroughConfig.slices": "[{sources: [{model: zoo:gpt2-tiny, layer_range: [0, 1]}]}]",
+                 "RecipeConfig.stages": "[gptq]"}
 
 
 def _out_args(leaf: Leaf, out: Path) -> list[str]:
@@ -575,7 +576,8 @@ def test_numeric_fields_hold_their_bounds_for_any_value(config):
 
     required = {name: yaml.safe_load(REQUIRED_SETS[f"{config.__name__}.{name}"])
                 if f"{config.__name__}.{name}" in REQUIRED_SETS else _typed_value(f.annotation)
-                for name, f in config.model_fields.items() if f.is_required()}
+                for name, f in config.model_fields.items()
+                if f.is_required() or f"{config.__name__}.{name}" in REQUIRED_SETS}
     values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6),
                        st.sampled_from([0, -1, 1, 0.0, -0.0, 1e-300, 1e300]))
 

@@ -43,6 +43,11 @@ def test_builtin_methods_follow_their_rooms_protocols():
     for kind, protocol in rooms.items():
         builtin = [e for e in registry(kind) if e.obj.__module__.startswith("toolkit.")]
         assert builtin and all(conforms(e.obj, protocol) for e in builtin), kind
+    from toolkit.compress.stages import TransformStage
+
+    stages = [e for e in registry("compress-stage") if e.obj.__module__.startswith("toolkit.")]
+    assert {e.meta["role"] for e in stages} == {"transform", "prune", "quantize"}
+    assert all(conforms(e.obj, TransformStage if e.meta["role"] == "transform" else CompressMethod) for e in stages)
     tensorwise = [e for e in registry("merge") if e.meta.get("tensorwise")]
     assert len(tensorwise) >= 10 and all(conforms(e.obj, TensorMethod) for e in tensorwise)
 
@@ -208,3 +213,43 @@ def test_compress_throwaway_method(cli, mod, tmp_path, tiny_llama_dir, text_file
     weights = load_file(tmp_path / "out" / "model" / "model.safetensors")
     q = weights["model.layers.0.self_attn.q_proj.weight"]
     assert bool((q[:, :8] == 0).all()) and bool((q[:, 8:] != 0).all())  # 32 inputs: the first quarter zeroed
+
+
+STAGE = '''
+import torch
+from pydantic import Field
+
+from toolkit.core.config import BaseConfig
+from toolkit.core.registry import register
+
+
+class LeftConfig(BaseConfig):
+    fraction: float = Field(0.5, ge=0, lt=1, description="Share of input columns pruned, from the left (test only).")
+
+
+@register("compress-stage", "test-left", config=LeftConfig, role="prune", knobs=["fraction"])
+def left(job):
+    keep = torch.ones_like(job.W, dtype=torch.bool)
+    keep[:, :int(job.config.fraction * job.W.shape[1])] = False
+    return job.W, keep, None
+'''
+
+
+def test_compress_throwaway_recipe_stage(cli, mod, tmp_path, tiny_llama_dir, text_file):
+    """A pruning stage in a module of its own composes with a built-in quantizer in a recipe."""
+    recipe = _yaml(tmp_path / "r.yaml", "stages:\n  - test-left: {fraction: 0.25}\n  - rtn: {w_bits: 8}\n")
+    config = _yaml(tmp_path / "c.yaml", "nsamples: 2\nseqlen: 16\nexport: dense\n")
+    with throwaway_method(mod, "compress-stage", STAGE, "cli.compress"):
+        args = ["compress", "recipe", "--recipe", recipe, "-m", tiny_llama_dir, "-d", text_file, "--config", config]
+        dry = cli([*args, "--dry-run"])
+        assert dry.exit_code == 0, dry.stderr
+        assert json.loads(dry.stdout)["plan"]["stages"][0] == {"stage": "test-left", "role": "prune",
+                                                               "knobs": {"fraction": 0.25}}
+        r = cli([*args, "-o", tmp_path / "out"])
+        assert r.exit_code == 0, r.stderr
+    record = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert record["config"]["stages"][0] == {"test-left": {"fraction": 0.25}}
+    from safetensors.torch import load_file
+
+    q = load_file(tmp_path / "out" / "model" / "model.safetensors")["model.layers.0.self_attn.q_proj.weight"]
+    assert bool((q[:, :8] == 0).all()) and (q[:, 8:] != 0).float().mean() > 0.9  # quarter pruned, the rest W8

@@ -78,7 +78,7 @@ RECIPES = {
                         "compression=2", "--set", "batch_size=8", "--set", "checkpoint_every=2"],
 }
 # What one command adds to its family's recipe.
-EXTRA = {"unlearn rmu": ["--layer", "1"], "unlearn prism": ["--probe-layer", "1", "--set", "probe_epochs=2"]}
+EXTRA = {"unlearn rmu": ["--layer", "1"], "compress recipe": ["--set", "stages=[sparsegpt, gptq]"], "unlearn prism": ["--probe-layer", "1", "--set", "probe_epochs=2"]}
 # Files that name the command or the time, not the result.
 NOT_RESULTS = {"run.json", "config.resolved.yaml", "README.md"}
 

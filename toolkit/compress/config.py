@@ -18,6 +18,7 @@ from toolkit.core.fields import Count, data_field, model_field, onload_field
 from toolkit.core.registry import declare
 
 declare("compress", "toolkit.compress.methods")  # every module there registers its method(s)
+declare("compress-stage", "toolkit.compress.methods")  # ... and its recipe stage(s) (toolkit/compress/stages.py)
 
 # the config fields every compress command offers as flags (a method adds its own, e.g. OBR's alpha and mode)
 BASE_FLAGS = ["model", "data", "eval_data", "w_bits", "a_bits", "kv_bits", "kv_quant", "sparsity", "nm", "group_size",
@@ -139,6 +140,22 @@ class CompressConfig(BaseConfig):
         return value
 
 
+def resolve_defaults(config, rotate: bool, ctx=None):
+    """The rotation-dependent defaults, measured on SmolLM2 W4A16 GPTQ (examples/obr/RESULTS.md): actorder=auto →
+    static unrotated, none rotated; w_clip=None → the MSE clip search rotated, min-max unrotated; w_range=auto →
+    full with min-max scales, signed under the clip search. The effective values are recorded in the metrics."""
+    update = {}
+    if getattr(config, "actorder", None) == "auto":
+        update["actorder"] = "none" if rotate else "static"
+    if getattr(config, "w_clip", False) is None:  # a recipe stage's own small config may have no grid knobs
+        update["w_clip"] = bool(rotate)
+    if getattr(config, "w_range", None) == "auto":
+        update["w_range"] = "signed" if update.get("w_clip", config.w_clip) else "full"
+    config = config.model_copy(update=update)
+    if ctx is not None:
+        ctx.metrics.update(update)
+    return config
+
 
 ActOrder = Literal["auto", "none", "static", "weight", "group"]
 
@@ -152,7 +169,7 @@ class _Ordered(CompressConfig):
     - group (llm-compressor's deprecated "group"/"dynamic"): groups are runs of the activation-ordered columns,
       scales fitted on the permuted weights; the packed file stores each column's group (`g_idx`). Needs
       `group_size`;
-    - auto (the default): static on unrotated models, none on rotated ones (recipe.resolve_defaults), as measured
+    - auto (the default): static on unrotated models, none on rotated ones (resolve_defaults below), as measured
       on SmolLM2 W4A16 (examples/obr/RESULTS.md: ordering 70.48 → 55.75 ppl unrotated, 41.66 → 43.16 rotated)."""
 
     # auto (measured on SmolLM2 W4A16, examples/obr/RESULTS.md): static on unrotated models (55.7 vs 70.5 ppl),
@@ -205,7 +222,8 @@ class WandaConfig(MaskedConfig):
 
 
 class SparsegptGptqConfig(_Ordered):
-    """`iclrkit compress sparsegpt-gptq`: the two-stage baseline, SparseGPT 50% → refit scales → GPTQ (mask kept)."""
+    """`iclrkit compress sparsegpt-gptq`: the two-stage baseline, SparseGPT 50% → refit scales → GPTQ (mask kept):
+    the recipe [sparsegpt, gptq] (toolkit/compress/stages.py) with this config's knobs, kept as a command."""
 
     method: Literal["sparsegpt-gptq"] = "sparsegpt-gptq"
     sparsity: float = 0.5

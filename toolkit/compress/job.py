@@ -15,6 +15,7 @@ class LinearJob:
     hessian_raw: Any  # 2/n Σ x xᵀ over the calibration tokens (undamped)
     hessian: Any  # damped (solvers.damp_hessian) when the method needs_hessian, else None
     config: Any
+    keep: Any = None  # the kept entries an earlier recipe stage chose (toolkit.compress.stages); None: the config's
 
     @property
     def bits(self) -> int:
@@ -38,7 +39,7 @@ class LinearJob:
 
         if self.bits >= 16:
             return None
-        clip = self.config.w_clip  # None: a config run_compress did not resolve (recipe.resolve_defaults) — clip
+        clip = self.config.w_clip  # None: a config run_compress did not resolve (config.resolve_defaults) — clip
         return fit_grid(self.W if weights is None else weights, self.bits, clip is None or clip,
                         self.config.group_size, self.group_order, full_range=self.config.w_range == "full",
                         search=self.config.w_clip_search)
@@ -55,8 +56,12 @@ class LinearJob:
     @cached_property
     def mask(self):
         """Kept entries: the config's mask (magnitude or Wanda scores) at its sparsity / N:M, or all ones. Only for
-        a method whose config declares the scores (config.MaskedConfig)."""
+        a method whose config declares the scores (config.MaskedConfig). In a recipe, the mask an earlier stage chose
+        (`keep`)."""
         import torch
+
+        if self.keep is not None:
+            return self.keep
 
         from toolkit.compress.config import MaskedConfig
         from toolkit.compress.masks import magnitude_scores, make_mask, parse_nm, wanda_scores

@@ -9,7 +9,8 @@ import json
 import logging
 
 from toolkit.compress.blocks import G_IDX, BlockCompressor
-from toolkit.compress.config import CompressConfig
+from toolkit.compress.config import CompressConfig, resolve_defaults
+from toolkit.compress.stages import transforms
 from toolkit.core.registry import registry
 from toolkit.core.timing import Stopwatch
 
@@ -38,25 +39,14 @@ def compress_linear(W, hessian_raw, config: CompressConfig, percdamp: float):
     from toolkit.compress.solvers import damp_hessian
 
     method = registry("compress").get(config.method)
-    hessian = damp_hessian(hessian_raw, percdamp) if method.needs_hessian else None
+    hessian = damp_hessian(hessian_raw, percdamp) if _meta(method, "needs_hessian", config) else None
     return method.obj(LinearJob(W, hessian_raw, hessian, config))
 
 
-def resolve_defaults(config, rotate: bool, ctx=None):
-    """The rotation-dependent defaults, measured on SmolLM2 W4A16 GPTQ (examples/obr/RESULTS.md): actorder=auto →
-    static unrotated, none rotated; w_clip=None → the MSE clip search rotated, min-max unrotated; w_range=auto →
-    full with min-max scales, signed under the clip search. The effective values are recorded in the metrics."""
-    update = {}
-    if getattr(config, "actorder", None) == "auto":
-        update["actorder"] = "none" if rotate else "static"
-    if config.w_clip is None:
-        update["w_clip"] = bool(rotate)
-    if getattr(config, "w_range", None) == "auto":
-        update["w_range"] = "signed" if update.get("w_clip", config.w_clip) else "full"
-    config = config.model_copy(update=update)
-    if ctx is not None:
-        ctx.metrics.update(update)
-    return config
+def _meta(entry, key: str, config) -> bool:
+    """A method's metadata flag; a recipe's depends on its stages (registered as a function of the config)."""
+    value = entry.meta.get(key)
+    return bool(value(config) if callable(value) else value)
 
 
 def _resolve_rotate(config: CompressConfig, view, ctx=None) -> bool:
@@ -130,7 +120,16 @@ def plan(config: CompressConfig, ctx) -> dict:
             "linears_per_block": linears, "rotate": rotate,
             "sequential_groups": [g.names for g in layout.groups], "calibration_tokens": config.nsamples * seqlen,
             "memory_estimate_mb": round((params * 4 + activations + 3 * hessian_bytes) / 2**20, 1),
-            "largest_hessian_mb": round(hessian_bytes / 2**20, 2)}
+            "largest_hessian_mb": round(hessian_bytes / 2**20, 2), **_stage_plan(config)}
+
+
+def _stage_plan(config) -> dict:
+    """A recipe's resolved stages, in order, for --dry-run (methods: nothing)."""
+    from toolkit.compress.stages import of
+
+    if not getattr(config, "stages", None):
+        return {}
+    return {"stages": [{"stage": s.name, "role": s.role, "knobs": s.knobs} for s in of(config)]}
 
 
 def run_compress(config: CompressConfig, ctx) -> dict:
@@ -161,12 +160,8 @@ def run_compress(config: CompressConfig, ctx) -> dict:
     view.layout(0)  # probed on the unrotated model (the rotation keeps the structure)
     rotation = None
     with Stopwatch() as watch:
-        if rotate:
-            from toolkit.compress.rotation import rotate_model
-
-            rotation = rotate_model(view, config.rotation_seed, online_o_proj=config.a_bits < 16,
-                                    kind=config.rotation_kind)
-            ctx.metrics["hadamard"] = rotation["hadamard"]  # per rotation: "exact" | "kron-orthogonal"
+        for stage in transforms(config, rotate):  # whole-model stages (rotate, a recipe's smooth) before the blocks
+            rotation = stage.transform(view, windows, config, ctx).get("rotation", rotation)
         scales, kept, g_idx = _compress_all(view, windows, config, ctx)
         vocab_grids = None
         if config.embed_bits < 16:
@@ -289,7 +284,7 @@ def _solve_group(weights, H, config, dtype) -> list:
         new, _, grid = compress_linear(w, H, config, config.percdamp)
         return new, *(_grid_parts(grid))
 
-    if not registry("compress").get(config.method).meta.get("stack_rows") or len(weights) == 1:
+    if not _meta(registry("compress").get(config.method), "stack_rows", config) or len(weights) == 1:
         solved = share_out([lambda w=w: solve(w.to(dtype)) for w in weights])
         return [(new, _grid_of(*parts)) for new, *parts in solved]
     rows = [weight.shape[0] for weight in weights]

@@ -163,21 +163,6 @@ def sparsegpt(W: torch.Tensor, hessian: DampedHessian, scale: torch.Tensor | Non
     return Q, keep
 
 
-def sparsegpt_then_gptq(W: torch.Tensor, hessian: DampedHessian, bits: int, sparsity: float,
-                        nm: tuple[int, int] | None, refit, blocksize: int = 128,
-                        order: torch.Tensor | None = None):
-    """The two-stage baseline (llm-compressor's SparseGPTModifier → GPTQModifier, on one calibration pass): prune with
-    SparseGPT (OBS updates of the kept weights, no quantization), refit the quantizer on the sparse weights
-    (`refit(pruned) -> WeightGrid`), then GPTQ on the same H keeping the mask (pruned entries stay exactly 0).
-    Returns (Ŵ, kept mask, grid)."""
-    pruned, keep = sparsegpt(W, hessian, None, 16, sparsity, nm, blocksize)
-    grid = refit(pruned)
-    if bits >= 16:
-        return pruned, keep, grid
-    out = gptq(pruned, hessian, grid.per_column(W.shape[1]), bits, mask=keep, blocksize=blocksize, order=order)
-    return out, keep, grid
-
-
 def _workers() -> int:
     return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 

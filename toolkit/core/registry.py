@@ -12,7 +12,8 @@ steer, explain; each points at its `methods/` package, which imports every modul
 first use and nothing is imported before that (the CLI stays torch-free at import). What a registered object must
 be is the room's Protocol (e.g. toolkit.compress.job.CompressMethod, toolkit.merge.common.TensorMethod);
 `protocol_members` and `conforms` let the tests hold the runners and the built-ins to it. `stages()` resolves a
-list of registered names with options (llm-compressor style), for recipes that compose stages.
+list of registered names with options (llm-compressor style), for recipes that compose stages (the compress room's
+"compress-stage" registry: toolkit/compress/stages.py).
 This module imports nothing above `toolkit.core`.
 """
 
@@ -131,8 +132,9 @@ def stages(kind: str, spec: Any) -> list[tuple[Entry, dict[str, Any]]]:
     """Resolve a recipe's stage list (llm-compressor style) to (entry, options) pairs.
 
     `spec` is a name, a list of names, or a list of one-key mappings `{name: {option: value}}`, e.g.
-    `[{sparsegpt: {sparsity: 0.5}}, {gptq: {w_bits: 4}}]`. Options are validated by the entry's config class
-    when it has one (unknown keys are bad input)."""
+    `[{sparsegpt: {sparsity: 0.5}}, {gptq: {w_bits: 4}}]`. Option names are checked against the entry's `knobs`
+    metadata when it declares them, else against its config class's fields (unknown keys are bad input); their
+    values are the room's to validate (toolkit/compress/stages.py builds each stage's config from them)."""
     items = [spec] if isinstance(spec, (str, dict)) else list(spec or [])
     if not items:
         raise BadInputError(f"the {kind} recipe names no stage")
@@ -142,15 +144,17 @@ def stages(kind: str, spec: Any) -> list[tuple[Entry, dict[str, Any]]]:
             name, options = item, {}
         elif isinstance(item, dict) and len(item) == 1:
             name, options = next(iter(item.items()))
+            if options is not None and not isinstance(options, dict):
+                raise BadInputError(f"{kind} stage '{name}': its options must be a mapping, got {options!r}")
             options = dict(options or {})
         else:
             raise BadInputError(f"a {kind} stage must be a name or a one-key mapping, got {item!r}")
         entry = registry(kind).get(str(name))
-        if entry.config is not None and options:
-            fields = getattr(entry.config, "model_fields", {})
+        if (entry.config is not None or "knobs" in entry.meta) and options:
+            fields = entry.meta.get("knobs", getattr(entry.config, "model_fields", {}))
             unknown = sorted(set(options) - set(fields))
             if unknown:
-                raise BadInputError(f"unknown option(s) {', '.join(unknown)} for {kind} stage '{name}'",
+                raise BadInputError(f"unknown option(s) {', '.join(unknown)} for {kind} '{name}'",
                                     f"known: {', '.join(sorted(fields))}")
         resolved.append((entry, options))
     return resolved

@@ -1,7 +1,8 @@
 """GPTQ (Frantar et al., ICLR 2023, https://arxiv.org/abs/2210.17323; IST-DASLab/gptq) with activation ordering
-(config._Ordered), after an optional fixed mask."""
+(config._Ordered), after an optional fixed mask (its own --sparsity, or in a recipe the mask of the stage before)."""
 
 from toolkit.compress.config import BASE_FLAGS, GptqConfig
+from toolkit.compress.stages import QUANT_KNOBS
 from toolkit.core.registry import register
 
 
@@ -15,3 +16,7 @@ def gptq(job):
     keep = job.mask
     return solve(job.W, job.hessian, job.scale, job.bits, mask=keep, blocksize=job.config.blocksize,
                  order=job.order), keep, job.grid
+
+
+register("compress-stage", "gptq", config=GptqConfig, role="quantize", needs_hessian=True, stack_rows=True,
+         knobs=[*QUANT_KNOBS, "actorder", "blocksize"])(gptq)
