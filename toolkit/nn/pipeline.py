@@ -178,7 +178,7 @@ def run_sequential(model: nn.Module, windows: torch.Tensor, on_block: Callable[[
         for index in range(start):
             layers[index].load_state_dict(_load_tensors(checkpoint_dir / f"block_{index}.safetensors"))
         inputs = list(_load_tensors(checkpoint_dir / "inputs.safetensors").values())
-        log.info("resuming after block %d of %d", start - 1, len(layers))
+        log.warning("resuming after block %d of %d (its checkpoint in %s)", start - 1, len(layers), checkpoint_dir)
     args, kwargs = _to(args, device), _to(kwargs, device)
     indices = range(start, len(layers))
     together, block_kwargs = None, None
