@@ -114,5 +114,5 @@ def test_onloaded_steer_activations_equal_resident(kind, position, tmp_path, tin
     assert fingerprint == model_fingerprint(model)  # directions made onloaded apply to the resident model
     assert max(seen) == 1 and _loaded_blocks(lazy) == 0 and len(seen) == 1 + 2 * 2  # block 2 never read
     for layer in (0, 1):
-        assert got[layer].shape == want[layer].shape == (len(texts), 32)
+        assert got[layer].shape == want[layer].shape == (len(texts), model.config.hidden_size)
         assert torch.allclose(got[layer], want[layer], rtol=1e-5, atol=1e-5 * want[layer].abs().max()), layer
