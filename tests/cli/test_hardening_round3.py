@@ -245,6 +245,14 @@ def test_an_interrupt_is_one_line_that_says_where_to_resume(cli, tiny_llama_dir,
     assert str(tmp_path / "c.partial") in line
 
 
+def test_a_resumed_compress_says_where_it_resumed(cli, interrupted_gptq):
+    """The smaller item: `compress --resume` names the block it resumed after and where that checkpoint is."""
+    args, checkpoints = interrupted_gptq
+    result = cli(args + ["--resume"])
+    assert result.exit_code == 0, result.stderr
+    assert "resuming after block 0 of" in result.stderr and str(checkpoints) in result.stderr
+
+
 @pytest.mark.parametrize("damage", ["truncated-block", "garbage-progress", "missing-block", "truncated-scales"])
 def test_corrupt_checkpoints_on_resume_name_the_file(cli, interrupted_gptq, damage):
     args, checkpoints = interrupted_gptq
