@@ -125,7 +125,11 @@ def test_help_example_runs_as_printed(text, args, tmp_path, monkeypatch, tiny_gp
     for flag, value in zip(args, args[1:]):
         if value.startswith("zoo:") or value in ("embedded",) or (work / value).exists():
             continue
-        if flag in MODEL_FLAGS:
+        repo_file = Path(__file__).resolve().parents[2] / value
+        if repo_file.is_file():  # a file the project ships (examples/compress-recipes/...), at its relative path
+            (work / value).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(repo_file, work / value)
+        elif flag in MODEL_FLAGS:
             shutil.copytree(models["gpt2" if "gpt2" in value else "llama"], work / value)
         elif flag in DATA_FLAGS:
             (work / value).parent.mkdir(parents=True, exist_ok=True)
