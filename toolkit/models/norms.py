@@ -47,3 +47,35 @@ def norm_info(path: str, norm: nn.Module) -> NormInfo:
                 bias.data.copy_(saved_bias)
     offset = 0.0 if zeroed.abs().max() < 1e-3 * max(plain.abs().max().item(), 1.0) else 1.0
     return NormInfo(path, kind, offset, bias is not None)
+
+
+def effective_scale(norm: nn.Module, info: NormInfo) -> torch.Tensor | None:
+    """The per-channel scale the norm applies after normalising (offset + weight), float; None without a weight."""
+    weight = getattr(norm, "weight", None)
+    return None if weight is None else info.offset + weight.detach().float()
+
+
+def preimage_shift(norm: nn.Module, info: NormInfo, x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """The change of a norm's input x (rows) that moves its output by `shift`, as far as the norm allows.
+
+    The norm's output u = N(x) always lies on its normalised set (an RMSNorm's u / scale has a fixed rms, a =
+    rms(x) / sqrt(ms(x) + eps) ≈ 1; a LayerNorm's is also centred), so the target y = u + shift has an exact
+    pre-image only when y lies on that set too. The returned x' − x is the exact pre-image of y's projection onto the
+    set along its ray from the origin: x' ∝ y / scale with x's rms (and mean), so the eps term stays x's, and N(x') =
+    a · y / rms(y / scale). Exact when shift = 0; otherwise N(x') − u is the shift less its radial component (the
+    share along u / scale, which no input of the norm can produce) and a term second order in ‖shift‖ / ‖u‖."""
+    x = x.float()
+    scale = effective_scale(norm, info)
+    bias = getattr(norm, "bias", None)
+    with torch.no_grad():
+        u = norm(x.to(norm.weight.dtype if scale is not None else x.dtype)).float()
+    y = u + shift.float() - (bias.detach().float() if bias is not None else 0.0)
+    if scale is not None:  # a channel the norm zeroes cannot be moved: leave it (no division by ~0)
+        tiny = scale.abs() < 1e-6 * scale.abs().max().clamp_min(1e-30)
+        y = torch.where(tiny, torch.zeros_like(y), y / torch.where(tiny, torch.ones_like(scale), scale))
+    if info.kind == "layernorm":
+        centre, y = x.mean(-1, keepdim=True), y - y.mean(-1, keepdim=True)
+        spread = (x - centre).square().mean(-1, keepdim=True).sqrt()
+        return centre + y * spread / y.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-30) - x
+    rms = x.square().mean(-1, keepdim=True).sqrt()
+    return y * rms / y.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-30) - x
