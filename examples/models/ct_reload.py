@@ -15,8 +15,10 @@ perplexity of the reload on the same windows as the run's own (BOS first where t
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import resource
+import subprocess
 import time
 from pathlib import Path
 
@@ -67,7 +69,9 @@ def main() -> None:
               "top1_agreement": round(agree / total, 6), "logit_positions": total,
               "quantization_config": json.loads((Path(args.ct) / "config.json").read_text())
               .get("quantization_config", {}).get("format"),
-              "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
+              "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1), "date": dt.date.today().isoformat(),
+              "commit": subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True,
+                                       text=True).stdout.strip(),
               "wall_seconds": round(time.perf_counter() - started, 1)}
     print(json.dumps(report, indent=2))
     out = Path(args.out) if args.out else Path(args.ct) / "reload_check.json"

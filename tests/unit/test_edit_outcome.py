@@ -58,7 +58,8 @@ def test_the_effect_decides_and_the_stages_explain():
     assert not odd["took"] and "yet the rewrite prompts do not follow" in odd["reasons"][1]
 
 
-def test_an_overshooting_insertion_names_the_post_norm():
-    """MEMIT on Gemma 3 270M after the block-type fix: values converged, reach 2.16, efficacy 20 %."""
+def test_an_overshooting_insertion_names_the_nonlinearity():
+    """MEMIT on Gemma 3 270M after the block-type fix, before the post-norm pre-image: values converged, reach 2.16,
+    efficacy 20 %."""
     out = _assess([0.3, 0.4], [1.0, 1.0], reach=2.16, efficacy=20.0)
-    assert not out["took"] and "216% of δ" in out["reasons"][1] and "post-feedforward norm" in out["reasons"][1]
+    assert not out["took"] and "216% of δ" in out["reasons"][1] and "post-norm" in out["reasons"][1]

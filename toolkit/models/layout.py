@@ -90,6 +90,9 @@ class BlockLayout:
     pre_norms: list[str] = field(default_factory=list)  # norms feeding a group of linears
     qk_norms: list[str] = field(default_factory=list)  # norms inside attention (q/k norms on projection outputs)
     post_norms: list[str] = field(default_factory=list)  # every other norm (on a branch output before the residual)
+    # slot module -> the post-norm that reads its output (Gemma 2/3's post_feedforward_layernorm, OLMo-2's): the slot's
+    # output reaches the residual stream only through that norm
+    output_norms: dict[str, str] = field(default_factory=dict)
     routers: list[Slot] = field(default_factory=list)
     experts: str | None = None  # block-relative path of the fused experts module
     parallel: bool = False  # attention and MLP read the same input (GPT-J, Falcon, Phi, Cohere)
@@ -192,8 +195,8 @@ def discover_layout(block: nn.Module, args: tuple, kwargs: dict, hidden: torch.T
         by_module.setdefault(slot.module, []).append(slot)
     modules = dict(block.named_modules())
     norms = [p for p, m in modules.items() if p and is_norm(m)]
-    calls, norm_outputs, output = _record(block, (hidden, args, kwargs), {p: modules[p] for p in by_module},
-                                          {p: modules[p] for p in norms})
+    calls, norm_outputs, output, flows = _record(block, (hidden, args, kwargs), {p: modules[p] for p in by_module},
+                                                 {p: modules[p] for p in norms})
     groups, inputs = _group_calls(calls, by_module)
     attention = _attention_path(block)
     _assign_roles(groups, attention)
@@ -202,15 +205,33 @@ def discover_layout(block: nn.Module, args: tuple, kwargs: dict, hidden: torch.T
     qk = [p for p in norms if attention and p.startswith(attention + ".") and p not in pre]
     post = [p for p in norms if p not in pre and p not in qk]
     parallel = any("attn_in" in g.roles and ("mlp_in" in g.roles) for g in groups)
-    return BlockLayout(groups, attention, info, pre, qk, post, routers, experts, parallel, isinstance(output, tuple))
+    fed = {slot: norm for slot, norm in _output_norms(flows).items() if norm in post}
+    return BlockLayout(groups, attention, info, pre, qk, post, fed, routers, experts, parallel,
+                       isinstance(output, tuple))
+
+
+def _output_norms(flows: dict) -> dict[str, str]:
+    """slot module -> the norm whose input is that slot's output (the same tensor, as the probe saw it)."""
+    outputs, norm_inputs = flows["slot_outputs"], flows["norm_inputs"]
+    return {slot: next(norm for norm, x in norm_inputs if _same(x, out)) for slot, out in outputs
+            if any(_same(x, out) for _, x in norm_inputs)}
 
 
 def _record(block, call, slot_modules: dict, norm_modules: dict):
     """One forward of `block` (call = (hidden, args, kwargs)) with hooks: [(slot module path, its input)] in call
-    order (first call each), [(norm path, its output)], and the block's output. The tensors themselves are kept:
-    identity is what groups them (and what there is to compare on meta tensors)."""
+    order (first call each), [(norm path, its output)], the block's output, and the flows from slots into norms
+    ({"slot_outputs": [(slot module, its output)], "norm_inputs": [(norm path, its input)]}). The tensors themselves
+    are kept: identity is what groups them (and what there is to compare on meta tensors)."""
     calls: list[tuple[str, torch.Tensor]] = []
     norm_outputs: list[tuple[str, torch.Tensor]] = []
+    flows: dict[str, list] = {"slot_outputs": [], "norm_inputs": []}
+
+    def flow_hook(key, path, take):
+        def hook(module, args, *rest):
+            x = take(args, rest)
+            if torch.is_tensor(x) and not any(p == path for p, _ in flows[key]):
+                flows[key].append((path, x))
+        return hook
 
     def slot_hook(path):
         def hook(module, args, kwargs):
@@ -228,6 +249,10 @@ def _record(block, call, slot_modules: dict, norm_modules: dict):
 
     handles = [m.register_forward_pre_hook(slot_hook(p), with_kwargs=True) for p, m in slot_modules.items()]
     handles += [m.register_forward_hook(norm_hook(p)) for p, m in norm_modules.items()]
+    handles += [m.register_forward_hook(flow_hook("slot_outputs", p, lambda a, rest: rest[0]))
+                for p, m in slot_modules.items()]
+    handles += [m.register_forward_pre_hook(flow_hook("norm_inputs", p, lambda a, rest: a[0] if a else None))
+                for p, m in norm_modules.items()]
     hidden, args, kwargs = call
     try:
         with torch.no_grad():
@@ -238,7 +263,7 @@ def _record(block, call, slot_modules: dict, norm_modules: dict):
     missing = [p for p in slot_modules if not any(c == p for c, _ in calls)]
     if missing:
         log.debug("linears never called in a forward (left untouched): %s", missing)
-    return calls, norm_outputs, output
+    return calls, norm_outputs, output, flows
 
 
 def _group_calls(calls, by_module) -> tuple[list[Group], list]:

@@ -237,6 +237,24 @@ class ModelView:
                                 f"(its MLP is a mixture of experts without a shared expert)")
         return outs[-1].slots[0]
 
+    def output_norm(self, index: int, slot: Slot) -> str | None:
+        """The block-relative path of the post-norm that reads `slot`'s output before the residual add (Gemma 2/3's
+        post_feedforward_layernorm on down_proj, OLMo-2's), discovered by the probe; None where the output adds
+        straight into the residual stream (Llama, GPT-2, ...)."""
+        return self.layout(index).output_norms.get(slot.module)
+
+    def output_shift(self, index: int, slot: Slot, output: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        """The change of `slot`'s output (rows `output`) that moves the residual stream by `shift`: `shift` itself
+        where the output adds straight in, else its pre-image under the post-norm (`norms.preimage_shift`: exact up
+        to the norm's own constraint on its output, which the target is projected onto)."""
+        path = self.output_norm(index, slot)
+        if path is None:
+            return shift
+        from toolkit.models.norms import preimage_shift
+
+        layout = self.layout(index)
+        return preimage_shift(self.blocks[index].get_submodule(path), layout.norms[path], output, shift)
+
     # -- outside the blocks
     @property
     def embed_tokens(self) -> nn.Module | None:
@@ -290,7 +308,7 @@ class ModelView:
                             "norm": g.norm} for g in layout.groups],
                 "attention": layout.attention, "parallel": layout.parallel,
                 "norms": {p: f"{n.kind}{' (1+w)' if n.offset else ''}" for p, n in layout.norms.items()},
-                "post_norms": layout.post_norms, "qk_norms": layout.qk_norms,
+                "post_norms": layout.post_norms, "output_norms": layout.output_norms, "qk_norms": layout.qk_norms,
                 "routers": [r.name for r in layout.routers], "tied_embeddings": self.tied,
                 "final_norm": self.final_norm_path}
 
