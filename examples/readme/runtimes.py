@@ -16,6 +16,7 @@ from the user's zoo cache (built on first use, which is then part of the measure
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -106,6 +107,16 @@ def measure(key: str, sec: dict, scratch: Path, start_state: str) -> dict:
 
 
 def merge(rows: list[dict], path: Path = OUT) -> dict:
+    """Adds `rows` to the file (replacing the sections they measure), under a lock: two runs of this script on
+    different sections may share the file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    SCRATCH.parent.mkdir(parents=True, exist_ok=True)
+    with open(SCRATCH.parent / f".{path.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _merge(rows, path)
+
+
+def _merge(rows: list[dict], path: Path) -> dict:
     data = json.loads(path.read_text()) if path.exists() else {}
     by_key = {r["section"]: r for r in data.get("sections", [])}
     for r in rows:
@@ -114,7 +125,6 @@ def merge(rows: list[dict], path: Path = OUT) -> dict:
     data = {"about": "CPU (user + system) and wall seconds of each README task section's commands, one thread; "
                      "written by examples/readme/runtimes.py, rendered into README.md by scripts/render_results.py",
             "sections": sorted(by_key.values(), key=lambda r: order.get(r["section"], len(order)))}
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.partial")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(path)
