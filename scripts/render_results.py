@@ -1,6 +1,7 @@
 """Renders every published figure from the committed results: README.md's status table and the headline block of
 each examples/NAME/RESULTS.md, from examples/NAME/results*.json and the project's copy of the benchmark targets
-(scripts/results_gates.py). Prose around the blocks stays hand-written; the blocks are not edited by hand.
+(scripts/results_gates.py), and the runtime of each README task section (between `<!-- runtime:KEY -->` and
+`<!-- /runtime -->`) from examples/readme/runtimes.json. Prose around the blocks stays hand-written; the blocks are not edited by hand.
 
     python scripts/render_results.py            rewrite the generated blocks in place
     python scripts/render_results.py --check    exit 1 and name the files whose blocks differ (tests/unit run it)
@@ -130,17 +131,50 @@ def readme_table(reports: dict) -> str:
                       README_END])
 
 
-def render_all(load=None) -> dict[Path, str]:
+RUNTIME = re.compile(r"(<!-- runtime:([a-z0-9-]+) -->).*?(<!-- /runtime -->)", re.S)
+RUNTIMES = ROOT / "examples" / "readme" / "runtimes.json"
+
+
+def load_runtimes(path: Path = RUNTIMES) -> dict[str, dict]:
+    """{section: row} of examples/readme/runtimes.json (written by examples/readme/runtimes.py); {} without it."""
+    if not path.exists():
+        return {}
+    return {r["section"]: r for r in json.loads(path.read_text()).get("sections", [])}
+
+
+def runtime_text(row: dict | None) -> str:
+    """A README section's runtime, from its runtimes.json row: CPU time (user + system) of the section's commands
+    on one thread; "not measured yet" without a row."""
+    if row is None:
+        return "not measured yet"
+    if row.get("skipped"):
+        return f"not measured ({row['skipped']})"
+    at = row["commit"][:7] + (" + uncommitted changes" if row.get("dirty") else "")
+    if not row.get("ok"):
+        failed = next((c for c in row["commands"] if c.get("exit_code")), {})
+        return f"not measured (a command exited {failed.get('exit_code')} at {at}; see examples/readme/runtimes.json)"
+    cpu = row["cpu_s"]
+    size = f"about {cpu:.0f} CPU-seconds" if cpu < 90 else f"about {cpu / 60:.0f} CPU-minutes"
+    return f"{size} (one thread, measured at {at})"
+
+
+def render_runtimes(text: str, runtimes: dict[str, dict]) -> str:
+    """`text` with every runtime marker's content replaced by its section's measured runtime."""
+    return RUNTIME.sub(lambda m: m.group(1) + runtime_text(runtimes.get(m.group(2))) + m.group(3), text)
+
+
+def render_all(load=None, runtimes: dict[str, dict] | None = None) -> dict[Path, str]:
     """Every file with its generated blocks brought up to date: {path: new text}."""
     load = load or loader()
+    runtimes = load_runtimes() if runtimes is None else runtimes
     reports = {t.name: t.report(load) for t in T.TECHNIQUES}
     out = {}
     for t in T.TECHNIQUES:
         path = ROOT / "examples" / t.name / "RESULTS.md"
         out[path] = replace_block(path.read_text(), HEAD_BEGIN, HEAD_END, headline_block(t.name, reports[t.name]))
     readme = ROOT / "README.md"
-    out[readme] = replace_block(readme.read_text(), README_BEGIN, README_END, readme_table(reports),
-                                anchor=r"^## What works")
+    out[readme] = render_runtimes(replace_block(readme.read_text(), README_BEGIN, README_END, readme_table(reports),
+                                                anchor=r"^## What works"), runtimes)
     return out
 
 

@@ -177,3 +177,34 @@ def test_a_record_without_provenance_is_reported():
     assert set(provenance.missing(data["rows"][0])) == {"command", "commit", "date", "machine", "repro", "seed(s)"}
     assert "transcribed_reason" in provenance.missing({**dict.fromkeys(provenance.REQUIRED, "x"), "seed": 0,
                                                         "transcribed": True})
+
+
+def _runtime_row(section, cpu_s, ok=True, commit="0123456789abcdef"):
+    return {"section": section, "ok": ok, "cpu_s": cpu_s, "wall_s": 3 * cpu_s, "commit": commit, "dirty": False,
+            "commands": [{"command": "iclrkit x", "exit_code": 0 if ok else 1, "cpu_s": cpu_s}]}
+
+
+def test_a_runtimes_row_renders_into_its_section_and_a_missing_one_reads_not_measured_yet():
+    text = ("### Cluster\n\nRuntime: <!-- runtime:khc -->not measured yet<!-- /runtime -->. Figures.\n\n"
+            "### Studies\n\nRuntime: <!-- runtime:studies -->about 9 CPU-minutes (old)<!-- /runtime -->.\n\n"
+            "### Edit\n\nRuntime: <!-- runtime:edit -->x<!-- /runtime -->.\n")
+    rows = {"khc": _runtime_row("khc", 16.1), "edit": _runtime_row("edit", 750.0, ok=False)}
+    out = render.render_runtimes(text, rows)
+    cluster, studies, edit = out.split("### ")[1:]
+    assert "<!-- runtime:khc -->about 16 CPU-seconds (one thread, measured at 0123456)<!-- /runtime -->" in cluster
+    assert "<!-- runtime:studies -->not measured yet<!-- /runtime -->" in studies and "old" not in studies
+    assert "not measured (a command exited 1 at 0123456" in edit and "CPU-minutes" not in edit
+    # the markers stay, so that a re-render with a new row replaces the figure again
+    rows["studies"] = _runtime_row("studies", 600.0)
+    again = render.render_runtimes(out, rows)
+    assert "<!-- runtime:studies -->about 10 CPU-minutes (one thread, measured at 0123456)<!-- /runtime -->" in again
+    assert again.count("<!-- runtime:") == 3 and render.render_runtimes(again, rows) == again
+
+
+def test_the_committed_readme_renders_every_runtimes_row_and_has_a_marker_per_task_section():
+    readme = (ROOT / "README.md").read_text()
+    keys = {m[1] for m in render.RUNTIME.findall(readme)}
+    assert len(keys) >= 12 and "RT_" not in readme
+    for key, row in render.load_runtimes().items():
+        assert key in keys, key
+        assert f"<!-- runtime:{key} -->{render.runtime_text(row)}<!-- /runtime -->" in readme
