@@ -212,6 +212,8 @@ def write_rows(args, model_dir, made, runs, losses) -> None:
               "machine": f"{os.cpu_count()} cores, one thread per run, shared with other jobs (CPU seconds)",
               "repro": "examples/moe/bench.py", "seed": 0,  # the random model's weights (torch.manual_seed(0))
               "model_written": made}
+    for row in rows:  # every row carries its provenance (tests/unit/test_published_figures.py)
+        row.update({k: record[k] for k in ("command", "commit", "date", "machine", "repro", "seed")})
     (HERE / "results.json").write_text(json.dumps(record, indent=2) + "\n")
     render(record)
     print(json.dumps(rows, indent=1))
