@@ -30,3 +30,22 @@ def test_each_block_gets_its_own_attention_type(model_type):
     for index in range(1, 4):  # block 0's input is the embedding; later ones are what the pipeline propagated
         for w in range(len(windows)):
             torch.testing.assert_close(seen[index][w], expected[w][index], rtol=1e-4, atol=1e-5)
+
+
+def test_onloaded_stream_gives_each_block_its_own_attention_type(tmp_path, one_thread):
+    """`--set onload=true` statistics and perplexity (toolkit/nn/onload_stats.BlockStream) record the kwargs the
+    model gives every block too: with block 0's for all, the full-attention blocks of this model ran with the sliding
+    window's mask and rotary base (the perplexity differed from the resident one)."""
+    from toolkit.eval.onloaded import perplexity_onloaded
+    from toolkit.eval.perplexity import perplexity
+    from toolkit.models.lazy import LazyModel
+
+    model = _alternating("gemma3_text")
+    model.config.rope_local_base_freq = 10.0  # the two types' rotary embeddings differ by far (as 1e4 vs 1e6)
+    model = type(model)(model.config).eval()
+    model.save_pretrained(tmp_path / "m", max_shard_size="12KB")
+    ids = torch.randint(3, 300, (60,), generator=torch.Generator().manual_seed(1))
+    resident = perplexity(model, ids, max_length=20)
+    onloaded = perplexity_onloaded(LazyModel(tmp_path / "m"), ids, max_length=20)
+    assert onloaded["tokens"] == resident["tokens"]
+    assert abs(onloaded["nll"] - resident["nll"]) <= 1e-5 * resident["nll"], (onloaded, resident)

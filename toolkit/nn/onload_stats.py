@@ -1,6 +1,7 @@
 """Per-layer statistics with one decoder block in memory (`--set onload=true` of edit's key covariance, remove-ln
 analyze and steer's direction estimators): the parts outside the blocks (embeddings, final norm, head) are loaded
-once, the windows' hidden states are captured at block 0 (`capture_block_inputs`), then blocks 0..last are read
+once, the windows' hidden states are captured at block 0 (`capture_block_inputs`) and the kwargs the model gives
+each block (masks, rotary embeddings: Gemma 2/3 pick them per block by layer type) recorded, then blocks 0..last are read
 from the safetensors shards one at a time (toolkit/models/lazy.py), every group of windows runs through the block
 (`BlockStep.run`) with the caller's hooks on it, and the block is freed.
 
@@ -28,6 +29,8 @@ class Inputs:
     hidden: list[torch.Tensor]
     args: tuple
     kwargs: dict
+    window: torch.Tensor | None = None  # one window's token ids: for the kwargs the model passes each block
+    per_block: list[dict] | None = None  # those kwargs, recorded when block 0 is loaded (Gemma 2/3: per layer type)
 
 
 class BlockStream:
@@ -50,7 +53,7 @@ class BlockStream:
         hidden, args, kwargs = capture_block_inputs(self.lazy.model, windows, self.device, self.lazy.view)
         if batch > 1:
             hidden = [torch.cat(hidden[start:start + batch]) for start in range(0, len(hidden), batch)]
-        return Inputs(hidden, _to(args, self.device), _to(kwargs, self.device))
+        return Inputs(hidden, _to(args, self.device), _to(kwargs, self.device), window=windows[0])
 
     def run(self, groups: list[Inputs], *, last: int | None = None,
             hooks: Callable[[int, nn.Module], list] | None = None,
@@ -62,6 +65,7 @@ class BlockStream:
         module path inside the block, or a function of the block index giving one) ends the last block's calls after
         that module: its outputs are not needed. Each block's layout (lazy.view.layout) is discovered on its first
         input when it loads, so `hooks` may ask the view for its slots."""
+        from toolkit.nn.capture import _to, per_block_kwargs
         from toolkit.nn.pipeline import BlockStep
 
         lazy = self.lazy
@@ -72,7 +76,11 @@ class BlockStream:
             if self.probe is not None:
                 self.probe(f"block {index} loaded")
             first = groups[0]
-            lazy.view.layout(index, (first.hidden[0].to(self.device), first.args, first.kwargs))
+            layout = lazy.view.layout(index, (first.hidden[0].to(self.device), first.args, first.kwargs))
+            for group in groups:  # once, at the first block: the kwargs the model gives each block
+                if group.per_block is None and group.window is not None:
+                    group.per_block = [_to(k, self.device) for k in per_block_kwargs(
+                        lazy.model, lazy.view, group.window, self.device, group.kwargs, layout.returns_tuple)]
             handles = hooks(index, block) if hooks is not None else []
             stop = None
             if stop_inside_last and index == last:
@@ -81,8 +89,9 @@ class BlockStream:
             try:
                 for number, group in enumerate(groups):
                     self.group = number
+                    kwargs = group.kwargs if group.per_block is None else group.per_block[index]
                     outputs = BlockStep(index=index, block=block, inputs=group.hidden, args=group.args,
-                                        kwargs=group.kwargs, device=self.device).run(stop_after=stop)
+                                        kwargs=kwargs, device=self.device).run(stop_after=stop)
                     if stop is None:
                         group.hidden = outputs
             finally:
