@@ -143,3 +143,38 @@ def test_rotate_on_a_layernorm_model_is_refused(cli, tiny_gpt2_dir, text_file, t
              "--out", tmp_path / "out"])
     assert r.exit_code == 2 and "rotation is not exact for gpt2" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_cards_list_a_recipes_stages(cli, tiny_llama_dir, text_file, tmp_path):
+    path = _recipe(tmp_path, "r", "- sparsegpt: {sparsity: 0.25}\n- gptq: {w_bits: 3}\n")
+    common = ["--model", tiny_llama_dir, "--data", text_file, "--nsamples", "4", "--seqlen", "32",
+              "--set", "export=both"]
+    r = cli(["compress", "recipe", "--recipe", path, *common, "--out", tmp_path / "recipe"])
+    assert r.exit_code == 0, r.stderr
+    for card in ("packed/README.md", "model/README.md"):
+        lines = [ln for ln in (tmp_path / "recipe" / card).read_text().splitlines() if "Recipe stages" in ln]
+        assert len(lines) == 1 and "sparsegpt (sparsity=0.25" in lines[0] and "→ gptq (w_bits=3" in lines[0], card
+    exported = cli(["export", "compressed-tensors", tmp_path / "recipe", "--out", tmp_path / "ct"])
+    assert exported.exit_code == 0, exported.stderr
+    assert "Recipe stages: sparsegpt (sparsity=0.25" in (tmp_path / "ct" / "README.md").read_text()
+    plain = cli(["compress", "gptq", "--no-rotate", *common, "--out", tmp_path / "plain"])
+    assert plain.exit_code == 0, plain.stderr
+    assert "Recipe stages" not in (tmp_path / "plain" / "packed" / "README.md").read_text()
+
+
+def test_a_recipe_onloaded_equals_the_recipe_resident_and_the_method_onloaded(cli, sharded_llama, text_file,
+                                                                               tmp_path):
+    """onload=true runs a recipe's per-linear stages block by block from the shards: the same weights bit for bit
+    as the resident recipe and as the method it equals, onloaded too."""
+    path = _recipe(tmp_path, "r", "stages: [{sparsegpt: {sparsity: 0.5}}, {gptq: {w_bits: 4}}]")
+    common = ["--model", sharded_llama, "--data", text_file]
+    onload = ["--set", "onload=true"]
+    record, staged_onloaded = _run(cli, ["compress", "recipe", "--recipe", path, *common, *onload], tmp_path / "a")
+    _, staged = _run(cli, ["compress", "recipe", "--recipe", path, *common], tmp_path / "b")
+    _, method_onloaded = _run(cli, ["compress", "sparsegpt-gptq", "--no-rotate", *common, *onload], tmp_path / "c")
+    assert record["metrics"]["onload"] is True
+    _assert_identical(staged_onloaded, staged)
+    _assert_identical(staged_onloaded, method_onloaded)
+    assert 0.45 < (staged["model.layers.0.mlp.up_proj.weight"] == 0).float().mean() < 0.6  # the stages ran
+    card = (tmp_path / "a" / "model" / "README.md").read_text()
+    assert "Recipe stages: sparsegpt (sparsity=0.5" in card

@@ -23,6 +23,8 @@ def export_outputs(view, tokenizer, config, ctx, scales, rotation, vocab_grids, 
                 "embed_bits": config.embed_bits, "group_size": config.group_size,
                 "actorder": getattr(config, "actorder", "none"), "a_clip_ratio": config.a_clip_ratio,
                 "kv_quant": config.kv_quant}
+    if getattr(config, "stages", None):  # a recipe: its resolved stages, in order (the cards list them)
+        metadata["stages"] = config.stages
     if config.export in ("compressed-tensors", "gguf"):
         from toolkit.export.run import export_compress_run
 
@@ -56,15 +58,19 @@ def export_outputs(view, tokenizer, config, ctx, scales, rotation, vocab_grids, 
 def finish_onloaded_export(config, source, out_dir, dtype) -> None:
     """onload=true: the blocks are already in out_dir; add the model's other files (config with the technique
     metadata, tokenizer, ...) and the model card."""
+    from toolkit.export.card import stages_text
     from toolkit.models.save import CARD
     from toolkit.models.shards import copy_model_files
 
     metadata = {"method": config.method, "w_bits": config.w_bits, "a_bits": config.a_bits,
                 "kv_bits": config.kv_bits, "sparsity": config.sparsity, "nm": config.nm, "rotation": None,
                 "embed_bits": 16, "onload": True}
+    if getattr(config, "stages", None):
+        metadata["stages"] = config.stages
     copy_model_files(source, out_dir, {"iclrkit": metadata}, dtype=dtype)
     (out_dir / "README.md").write_text(CARD.format(
         title=f"compress.{config.method}: {source.name}", technique=f"compress.{config.method}",
         source=config.model, paper="https://arxiv.org/abs/2509.11177", command="-",
         notes="Dense fake-quant export written block by block (onload=true): weights hold the quantized (and "
-              "pruned) values in float; unrotated."))
+              "pruned) values in float; unrotated."
+              + (f"\n\n- Recipe stages: {stages_text(metadata['stages'])}" if metadata.get("stages") else "")))
