@@ -61,7 +61,7 @@ def main() -> None:
                        w_bits=args.w_bits, a_bits=16, kv_bits=16, sparsity=args.sparsity, nm=args.nm,
                        rotate=args.rotate, export="none", onload=not args.rotate)
 
-    def wrapped(W, hessian, keep, scale, bits, alpha, mode, blocksize=128, solver="cg"):
+    def wrapped(W, hessian, keep, scale, bits, alpha, mode, blocksize=128, solver="cg", **options):
         per_block = state["per_block"]
         block = state["call"] // per_block
         if block > wanted[-1]:
@@ -72,7 +72,7 @@ def main() -> None:
         if args.fast:  # mask + round-to-nearest instead of OBR: later blocks' inputs are then approximate
             result = quantize_rows(W.to(hessian.H.dtype) * keep, scale, bits) * keep
         else:
-            result = original(W, hessian, keep, scale, bits, alpha, mode, blocksize, solver)
+            result = original(W, hessian, keep, scale, bits, alpha, mode, blocksize, solver, **options)
         seconds = time.process_time() - started
         if block in wanted:
             name = f"b{block:02d}-l{position}-{W.shape[0]}x{W.shape[1]}"
