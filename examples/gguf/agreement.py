@@ -151,7 +151,7 @@ def _tiny_model(label: str, work: Path, tokenizer) -> Path:
 
     from toolkit.models.tiny import build_tiny, tiny_config
 
-    directory = work / label / "model"
+    directory = work / "models" / label  # inputs in a folder of their own: outputs never go into an input's folder
     if not (directory / "config.json").exists():
         arch, overrides = VARIANTS.get(label, (label, {}))
         arch, drawn = CONTROLS.get(label, (arch, True))
@@ -436,7 +436,8 @@ def main(argv=None) -> int:
     from toolkit.zoo.lm import train_tokenizer
 
     args.work.mkdir(parents=True, exist_ok=True)
-    calibration = args.work / "calibration.txt"
+    calibration = args.work / "inputs" / "calibration.txt"
+    calibration.parent.mkdir(exist_ok=True)
     calibration.write_text(embedded_text()[:20_000])
     tokenizer = train_tokenizer(embedded_text()[:200_000], vocab_size=300)  # the architecture matrix's tokenizer
     version = subprocess.run([args.python, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
@@ -451,13 +452,10 @@ def main(argv=None) -> int:
             for method in args.methods:
                 jobs.append((label if method == "rtn" else f"{label} [{method}]", where,
                              ["--nsamples", "8", "--seqlen", "128"], method))
-    kept = []
-    if args.merge and args.results.is_file():
-        redone = {label for label, *_ in jobs}
-        kept = [row for row in json.loads(args.results.read_text())["rows"] if row["model"] not in redone]
-    results["rows"] = kept
-    if kept:
-        results["merged_rows"] = len(kept)
+    previous = json.loads(args.results.read_text())["rows"] if args.merge and args.results.is_file() else []
+    if previous:
+        results["merged_rows"] = len(previous)
+    fresh: dict[str, dict] = {}
     for label, model, extra, *method in jobs:
         try:
             row = run_one(label, model, args.work, args.python, args.new_tokens, args.prompt_tokens, calibration,
@@ -465,7 +463,10 @@ def main(argv=None) -> int:
         except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end of the benchmark
             row = {"model": label, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
         row.update(_provenance(row.get("command", script), start))  # a row without its own command: the script's
-        results["rows"].append(row)
+        fresh[label] = row  # --merge: a redone row keeps its place, a new one goes last
+        known = {r["model"] for r in previous}
+        results["rows"] = ([fresh.get(r["model"], r) for r in previous]
+                           + [r for name, r in fresh.items() if name not in known])
         results.update(_provenance(script, start))  # the file's date: when it was last written
         summary = row.get("vs_packed") or row.get("reason", "")
         print(f"{label:18s} {row['status']:16s} {summary}", flush=True)
