@@ -7,6 +7,8 @@ examples/models/RESULTS.md write) and writes
   examples/eamet/results.json         key "issue40_rows": edit memit|eamet on Gemma (with the unedited baseline, the
                                       outcome) and the issue's failed EAMET edit on SmolLM2 (runs/repro/eamet-smol10)
   examples/steer/results.json         key "gemma_rows": steer pcms
+and renders the 100-fact edit rows and the llama.cpp-served Gemma rows (examples/gguf/results.json) into the generated
+block of examples/models/RESULTS.md.
 Every row carries its command (data paths as $ICLRKIT_DATA), commit, date, seed, machine and repro (this script),
 and the CPU seconds of its process (`/usr/bin/time` in OUT/../gemma-NAME.log, user + system). The Gemma rows stay out of the rows the
 paper-claim gates read: they are this model's measurements, at a smaller scale than the papers' settings.
@@ -117,6 +119,7 @@ def edit_rows(out: Path, data_root: str) -> list[dict]:
                 "value_nll", "insertion_reach", "n_edits", "layers", "edit_seconds", "covariance_seconds")
         rows.append({"model": record["config"]["model"], "method": record["technique"].split(".")[-1].upper(),
                      "run": str(run.relative_to(out.parent.parent)),
+                     **{k: record["config"].get(k) for k in ("mom2_update_weight", "clamp", "clamp_factor")},
                      "dataset": "counterfact (kd-evaluate sample, first n)", **{k: metrics.get(k) for k in keep},
                      "unedited": {k: before.get(k) for k in ("efficacy", "generalization", "specificity", "fluency",
                                                               "efficacy_prob")},
@@ -147,6 +150,65 @@ def steer_rows(out: Path, data_root: str) -> list[dict]:
         return []
     return [{"model": "zoo:gemma3-270m", "method": "pcms", **record["metrics"],
              **_base(record, data_root, out.parent / "gemma-steer-pcms.log")}]
+
+
+BEGIN = ("<!-- BEGIN GENERATED gemma rows: examples/models/collect_gemma.py renders it from examples/eamet/results.json "
+         "(issue40_rows) and examples/gguf/results.json (edit those or the script, not this block) -->")
+END = "<!-- END GENERATED gemma rows -->"
+
+
+def _num(value, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def render_block(edits: list[dict], gguf: dict) -> str:
+    """The Gemma edit rows of N >= 100 facts and the llama.cpp-served Gemma rows, as tables (nothing typed by hand)."""
+    lines = [BEGIN, "", "**`edit memit|eamet` on 100 CounterFact facts** (examples/eamet/results.json `issue40_rows`; "
+             "%, fluency = mean log-prob per token of the model's own continuations; unedited = the same facts before "
+             "the edit):", "",
+             "| method | facts | λ | clamp | efficacy | generalization | specificity | fluency | unedited: efficacy "
+             "/ gen. / fluency | value NLL | insertion reach | verdict | CPU s | commit |", "|" + "---|" * 14]
+    big = [r for r in edits if (r.get("n_edits") or 0) >= 100]
+    for r in big:
+        u = r.get("unedited") or {}
+        outcome = r.get("outcome") or {}
+        verdict = "took" if outcome.get("took") else ("did not take: " + "; ".join(outcome.get("reasons", []))
+                                                      if outcome else "–")
+        clamp = f"{r.get('clamp_factor')}·‖{r.get('clamp')}‖" if r.get("clamp") else "–"
+        lines.append(f"| {r['method']} | {r['n_edits']} | {r.get('mom2_update_weight')} | {clamp} | "
+                     f"{_num(r['efficacy'])} | {_num(r['generalization'])} | {_num(r['specificity'])} | "
+                     f"{_num(r['fluency'], 3)} | {_num(u.get('efficacy'))} / {_num(u.get('generalization'))} / "
+                     f"{_num(u.get('fluency'), 3)} | {_num(r.get('value_nll'), 3)} | "
+                     f"{_num(r.get('insertion_reach'), 2)} | {verdict} | {_num(r.get('process_cpu_seconds'), 0)} | "
+                     f"{r['commit']} |")
+    if not big:
+        lines.append("| (no run of 100 facts measured) |" + " |" * 13)
+    lines += ["", "Commands: the `command` of each row.", "",
+              "**Served by llama.cpp** (examples/gguf/results.json, rows `gemma3-270m*`; W4 GGUF of a `compress "
+              "rtn|gptq|obr` run of this model, 8 × 128 calibration tokens, evaluated by llama-cpp-python "
+              f"{gguf.get('llama_cpp_python', '?')} on the same token ids as iclrkit's packed model):", "",
+              "| run | top-1 agreement | greedy tokens agreeing | max \\|Δ logit\\| (relative) | "
+              "margins where greedy splits | commit |", "|---|---|---|---|---|---|"]
+    for r in gguf.get("rows", []):
+        if not r["model"].startswith("gemma3-270m") or r.get("status") != "ok":
+            continue
+        a = r["vs_packed"]
+        lines.append(f"| {r['model']} | {a['top1_agreement']:.1%} | {a['greedy_agreement']:.1%} | "
+                     f"{a['max_abs_logit_diff']:.3g} ({a['max_rel_logit_diff']:.1%}) | "
+                     f"{', '.join(str(m) for m in a['reference_top2_margin_where_greedy_splits']) or '–'} | "
+                     f"{r.get('commit', '?')} |")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def write_block(path: Path, block: str) -> None:
+    text = path.read_text()
+    if BEGIN in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
 
 
 def _top_provenance() -> dict:
@@ -194,6 +256,9 @@ def main() -> None:
     models.write_text(json.dumps(data, indent=2) + "\n")
     _merge(ROOT / "examples" / "eamet" / "results.json", "issue40_rows", edit_rows(out, args.data_root), args.keep)
     _merge(ROOT / "examples" / "steer" / "results.json", "gemma_rows", steer_rows(out, args.data_root), args.keep)
+    edits = json.loads((ROOT / "examples" / "eamet" / "results.json").read_text())["issue40_rows"]
+    gguf = json.loads((ROOT / "examples" / "gguf" / "results.json").read_text())
+    write_block(ROOT / "examples" / "models" / "RESULTS.md", render_block(edits, gguf))
     print(json.dumps({"models": len(data["rows"]), "edits": len(edit_rows(out, args.data_root)),
                       "steer": len(steer_rows(out, args.data_root))}))
 

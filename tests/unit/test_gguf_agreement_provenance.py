@@ -45,3 +45,31 @@ def test_every_record_the_benchmark_writes_carries_its_provenance(tmp_path, monk
     assert refused["command"].startswith("iclrkit compress rtn -m ")  # a row keeps its own command
     assert failed["status"] == "failed" and failed["command"] == top["command"]
     assert f"at commit `{commit}`" in rendered.read_text() and " cores; " in rendered.read_text()
+
+
+def test_merge_redoes_rows_in_place_and_keeps_the_others(tmp_path, monkeypatch):
+    import toolkit.zoo.lm
+
+    seen = []
+
+    def run_one(label, model, work, python, new_tokens, length, calibration, extra, method="rtn"):
+        seen.append((label, method))
+        return {"model": label, "command": f"iclrkit compress {method} -m {model}", "status": "refused",
+                "reason": f"error: run {len(seen)}"}
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(AGREEMENT, "run_one", run_one)
+    monkeypatch.setattr(AGREEMENT, "_tiny_model", lambda label, work, tokenizer: work / label)
+    monkeypatch.setattr(toolkit.zoo.lm, "train_tokenizer", lambda text, vocab_size: None)
+    results = tmp_path / "results.json"
+    common = ["--python", sys.executable, "--work", str(tmp_path / "w"), "--results", str(results),
+              "--render", str(tmp_path / "RESULTS.md")]
+    assert AGREEMENT.main(["--archs", "llama", "qwen2", "gemma", "--no-real", *common]) == 0
+    assert AGREEMENT.main(["--archs", "qwen2", "--real", "m=/some/dir", "--methods", "rtn", "gptq", "--merge",
+                           *common]) == 0
+    rows = json.loads(results.read_text())["rows"]
+    assert [r["model"] for r in rows] == ["llama", "qwen2", "gemma", "m", "m [gptq]"]
+    assert [r["reason"] for r in rows] == ["error: run 1", "error: run 4", "error: run 3", "error: run 5",
+                                           "error: run 6"]
+    assert seen[-2:] == [("m", "rtn"), ("m [gptq]", "gptq")] and rows[-1]["command"].startswith("iclrkit compress gptq")
+    assert "Rows of several runs" in (tmp_path / "RESULTS.md").read_text()
