@@ -311,9 +311,10 @@ def _execute(technique, config_cls, flags, common, run, inputs, plan, needs_out,
 
 def _run_and_record(technique, config, common, run, ctx, command) -> None:
     from toolkit.core.outdir import atomic_dir
-    from toolkit.core.report import build_run_record, write_run_files
+    from toolkit.core.report import build_run_record, git_sha, write_run_files
 
     started, clock = dt.datetime.now(dt.timezone.utc), time.perf_counter()
+    git_sha()  # the commit this run starts from (cached: run.json records it, not the HEAD when the run ends)
     if common.out is None or process_rank() > 0:
         # ranks > 0 of a PROCESS_GROUP technique know they write nothing; other multi-rank ones get a scratch --out
         scratch = common.out is not None and process_rank() > 0 and not owns_process_group(technique)

@@ -232,3 +232,30 @@ def test_a_family_that_fails_to_import_says_why_and_info_lists_it(monkeypatch):
     assert "the 'widgets' commands failed to import: ImportError: no module named 'gizmo'" in result.stderr
     monkeypatch.setitem(main.BROKEN_FAMILIES, "widgets", "ImportError: no module named 'gizmo'")
     assert collect()["broken_families"]["widgets"].startswith("ImportError")
+
+
+def test_run_json_records_the_commit_the_run_started_from(cli, tmp_path, tiny_gpt2_dir, monkeypatch):
+    """A long run while commits land: run.json's git_sha is the commit read when the run started, not HEAD at its
+    end (a 100-fact edit recorded the commit that landed an hour after it started)."""
+    from types import SimpleNamespace
+
+    import toolkit.eval.perplexity as ppl
+    from toolkit.core import report
+
+    head = {"sha": "a" * 40}
+    monkeypatch.setattr(report.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=head["sha"] + "\n"))
+    original = ppl.perplexity
+
+    def perplexity_while_a_commit_lands(*args, **kwargs):
+        head["sha"] = "b" * 40  # HEAD moves while the run computes
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ppl, "perplexity", perplexity_while_a_commit_lands)
+    getattr(report.git_sha, "cache_clear", lambda: None)()
+    try:
+        r = cli(["eval", "ppl", "--model", tiny_gpt2_dir, "--data", "embedded", "--max-length", "32",
+                 "--max-windows", "1", "--out", tmp_path / "out", "--json"])
+        assert r.exit_code == 0, r.stderr
+        assert head["sha"] == "b" * 40 and json.loads(r.stdout)["git_sha"] == "a" * 40
+    finally:
+        getattr(report.git_sha, "cache_clear", lambda: None)()

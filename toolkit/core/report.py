@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import platform
@@ -16,7 +17,10 @@ import yaml
 SCHEMA_VERSION = 1
 
 
+@functools.lru_cache(maxsize=1)
 def git_sha() -> str | None:
+    """The commit of the code this process runs: read once (the runner asks when a run starts), so a run that lasts
+    while new commits land records the commit it started from, not the HEAD at its end."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent)
