@@ -116,7 +116,8 @@ def edit_rows(out: Path, data_root: str) -> list[dict]:
         if "outcome" not in metrics and (run / "values.safetensors").is_file():
             metrics["outcome"] = {**_outcome_after(run, record), "computed_after_the_run": True}
         keep = ("efficacy", "generalization", "specificity", "fluency", "efficacy_prob", "efficacy_token_acc",
-                "value_nll", "insertion_reach", "n_edits", "layers", "edit_seconds", "covariance_seconds")
+                "value_nll", "insertion_reach", "alignment_spearman", "n_edits", "layers", "edit_seconds",
+                "covariance_seconds")
         rows.append({"model": record["config"]["model"], "method": record["technique"].split(".")[-1].upper(),
                      "run": str(run.relative_to(out.parent.parent)),
                      **{k: record["config"].get(k) for k in ("mom2_update_weight", "clamp", "clamp_factor")},
@@ -167,7 +168,8 @@ def render_block(edits: list[dict], gguf: dict) -> str:
              "%, fluency = mean log-prob per token of the model's own continuations; unedited = the same facts before "
              "the edit):", "",
              "| method | facts | λ | clamp | efficacy | generalization | specificity | fluency | unedited: efficacy "
-             "/ gen. / fluency | value NLL | insertion reach | verdict | CPU s | commit |", "|" + "---|" * 14]
+             "/ gen. / fluency | value NLL | insertion reach | key–δ Spearman | verdict | CPU s | commit |",
+             "|" + "---|" * 15]
     big = [r for r in edits if (r.get("n_edits") or 0) >= 100]
     for r in big:
         u = r.get("unedited") or {}
@@ -179,10 +181,10 @@ def render_block(edits: list[dict], gguf: dict) -> str:
                      f"{_num(r['efficacy'])} | {_num(r['generalization'])} | {_num(r['specificity'])} | "
                      f"{_num(r['fluency'], 3)} | {_num(u.get('efficacy'))} / {_num(u.get('generalization'))} / "
                      f"{_num(u.get('fluency'), 3)} | {_num(r.get('value_nll'), 3)} | "
-                     f"{_num(r.get('insertion_reach'), 2)} | {verdict} | {_num(r.get('process_cpu_seconds'), 0)} | "
+                     f"{_num(r.get('insertion_reach'), 2)} | {_num(r.get('alignment_spearman'), 2)} | {verdict} | {_num(r.get('process_cpu_seconds'), 0)} | "
                      f"{r['commit']} |")
     if not big:
-        lines.append("| (no run of 100 facts measured) |" + " |" * 13)
+        lines.append("| (no run of 100 facts measured) |" + " |" * 14)
     lines += ["", "Commands: the `command` of each row.", "",
               "**Served by llama.cpp** (examples/gguf/results.json, rows `gemma3-270m*`; W4 GGUF of a `compress "
               "rtn|gptq|obr` run of this model, 8 × 128 calibration tokens, evaluated by llama-cpp-python "

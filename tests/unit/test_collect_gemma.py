@@ -22,7 +22,7 @@ def test_the_block_is_rendered_from_the_rows(tmp_path):
              {"method": "EAMET", "n_edits": 100, "mom2_update_weight": 10.0, "clamp": "ks", "clamp_factor": 10.0,
               "efficacy": 61.0, "generalization": 40.0, "specificity": 2.0, "fluency": 5.4321,
               "unedited": {"efficacy": 1.0, "generalization": 2.0, "fluency": 5.5}, "value_nll": 0.25,
-              "insertion_reach": 0.9, "outcome": {"took": True}, "process_cpu_seconds": 1234.4, "commit": "abc1234"}]
+              "insertion_reach": 0.9, "alignment_spearman": 0.82, "outcome": {"took": True}, "process_cpu_seconds": 1234.4, "commit": "abc1234"}]
     gguf = {"llama_cpp_python": "0.3.36", "rows": [
         {"model": "gemma3-270m [obr]", "status": "ok", "commit": "def5678",
          "vs_packed": {"top1_agreement": 1.0, "greedy_agreement": 0.75, "max_abs_logit_diff": 1.48,
@@ -31,7 +31,7 @@ def test_the_block_is_rendered_from_the_rows(tmp_path):
     block = COLLECT.render_block(edits, gguf)
     lines = block.splitlines()
     assert lines[0] == COLLECT.BEGIN and lines[-1] == COLLECT.END
-    assert "| EAMET | 100 | 10.0 | 10.0·‖ks‖ | 61.0 | 40.0 | 2.0 | 5.432 | 1.0 / 2.0 / 5.500 | 0.250 | 0.90 | took | " \
+    assert "| EAMET | 100 | 10.0 | 10.0·‖ks‖ | 61.0 | 40.0 | 2.0 | 5.432 | 1.0 / 2.0 / 5.500 | 0.250 | 0.90 | 0.82 | took | " \
            "1234 | abc1234 |" in lines
     assert not any(line.startswith("| MEMIT | 10 ") for line in lines)
     assert "| gemma3-270m [obr] | 100.0% | 75.0% | 1.48 (5.6%) | 0.04 | def5678 |" in lines
