@@ -75,6 +75,15 @@ def card_text(kind: str, q, summary: dict, info: dict, path: Path) -> str:
     if prov.get("compress_command"):
         lines.append(f"- Compress command: `{prov['compress_command']}`")
     lines.append("")
+    lines += [n for n in _notes(kind, meta, summary, info) if n]
+    lines += ["", "## How to serve", "", SERVE[kind].format(path=path, dir=path.parent, name=path.name)]
+    if summary:
+        lines += ["## Contents", "", *[f"- {k}: {v}" for k, v in summary.items() if k != "rounding"], ""]
+    return "\n".join(lines) + "\n"
+
+
+def _notes(kind: str, meta: dict, summary: dict, info: dict) -> list[str]:
+    """The card's notes on what the format holds and what it cannot (folded rotations, activation quantization)."""
     notes = list(info.get("notes", []))
     if kind == "compressed-tensors" and summary.get("folded_down_proj"):
         notes.append("The online rotation before each down_proj is not written as a format transform (an exact "
@@ -97,11 +106,7 @@ def card_text(kind: str, q, summary: dict, info: dict, path: Path) -> str:
         notes.append("Activations and the KV cache are 16-bit in this export (weight-only). W4A4/KV4 models need "
                      "online activation quantization that transformers, vLLM and llama.cpp do not run with "
                      "iclrkit's per-token grids, so they are kept in iclrkit's packed format.")
-    lines += [n for n in notes if n]
-    lines += ["", "## How to serve", "", SERVE[kind].format(path=path, dir=path.parent, name=path.name)]
-    if summary:
-        lines += ["## Contents", "", *[f"- {k}: {v}" for k, v in summary.items() if k != "rounding"], ""]
-    return "\n".join(lines) + "\n"
+    return notes
 
 
 def write_card(out: Path, kind: str, q, summary: dict, info: dict, target: Path | None = None) -> Path:
