@@ -189,21 +189,28 @@ def save_rows(rows: list[dict], extra: dict) -> None:
     path = HERE / "results.json"
     previous = json.loads(path.read_text()) if path.is_file() else {}
     merged = list(previous.get("rows", []))
-    for row in rows:
+    before = previous.setdefault("rows_before", [])
+    for row in rows:  # a row of another commit that this one replaces is kept under rows_before (notes cite it)
+        replaced = [r for r in merged if key(r) == key(row) and r.get("commit") != row.get("commit")]
+        before += [r for r in replaced if r not in before]
         upsert(merged, row)
-    for key, value in extra.items():
-        previous[key] = {**previous.get(key, {}), **value} if isinstance(value, dict) else value
+    for name, value in extra.items():
+        previous[name] = {**previous.get(name, {}), **value} if isinstance(value, dict) else value
     previous["rows"] = merged
+    if not before:
+        previous.pop("rows_before")
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
     temporary.write_text(json.dumps(previous, indent=2))
     temporary.replace(path)
     write_markdown(previous)
 
 
-def upsert(rows: list[dict], row: dict) -> None:
-    def key(r: dict) -> tuple:
-        return r["shape"], r["method"], r.get("threads")
+def key(r: dict) -> tuple:
+    """What a row measures: a later row with the same key replaces it in the table."""
+    return r["shape"], r["method"], r.get("threads")
 
+
+def upsert(rows: list[dict], row: dict) -> None:
     rows[:] = [r for r in rows if key(r) != key(row)] + [row]
 
 
@@ -259,7 +266,9 @@ def main() -> None:
             row = {"shape": label, "method": method,
                    "params": written.get(name, {}).get("parameters") or result.pop("parameters", None), **result,
                    "commit": commit(), "command": " ".join(["python", "examples/scale/bench.py", *sys.argv[1:]]),
-                   "note": args.note}
+                   "note": args.note, "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                   "machine": {"cores": os.cpu_count(), "note": args.note}, "repro": "examples/scale/bench.py",
+                   "seed": 0}  # the provenance every results row carries (scripts/provenance.py)
             row.pop("parameters", None)
             per_block = result["seconds_per_block"]
             row["seconds_per_block_mean"] = round(sum(per_block) / len(per_block), 2)
@@ -405,6 +414,16 @@ def write_markdown(data: dict) -> None:
                      f"{r.get('planned_mb') or '-'} | {ratio} | {r.get('seconds') or '-'} | "
                      f"{r.get('seconds_per_block_mean') or '-'} | {span} | {r.get('cpu_seconds') or '-'} | "
                      f"{r.get('cpu_seconds_per_block_mean') or '-'} | {cpu_span(r)} |")
+    before = data.get("rows_before", [])
+    if before:  # rows a later run of the same shape and method replaced: the notes below still cite them
+        lines += ["", "Earlier rows of the same shapes and methods, replaced in the table above by later runs (the notes "
+                  "below cite them; each with its commit):", "",
+                  "| shape | method | commit | peak RSS MB | planned MB | CPU s | CPU s/block (mean) |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in before:
+            lines.append(f"| {r['shape']} | {r['method']} | {r.get('commit', '?')} | {r.get('peak_rss_mb', '-')} | "
+                         f"{r.get('planned_mb') or '-'} | {r.get('cpu_seconds') or '-'} | "
+                         f"{r.get('cpu_seconds_per_block_mean') or '-'} |")
     written = data.get("models_written", {})
     if written:
         lines += ["", "Models written (random bf16, once):", "",
