@@ -34,6 +34,21 @@ def test_capture_and_edit_are_removed_even_on_error(tiny_gpt2_dir):
             pass
 
 
+def test_capture_with_reduce_keeps_one_running_value(tiny_gpt2_dir):
+    model, _ = load_model(str(tiny_gpt2_dir))
+    windows = [torch.randint(0, 100, (1, 8), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    with torch.no_grad(), capture(model, ["transformer.h.0"]) as every:
+        for ids in windows:
+            model(ids)
+    with torch.no_grad(), capture(model, ["transformer.h.0"], reduce=lambda seen, out: (
+            out.abs().amax((0, 1)) if seen is None else torch.maximum(seen, out.abs().amax((0, 1))))) as running:
+        for ids in windows:
+            model(ids)
+    expected = torch.stack([h.abs().amax((0, 1)) for h in every["transformer.h.0"]]).amax(0)
+    assert len(every["transformer.h.0"]) == 3 and torch.equal(running["transformer.h.0"], expected)
+    assert _forward_hooks(model) == 0
+
+
 def test_edit_output_changes_the_forward(tiny_gpt2_dir):
     model, _ = load_model(str(tiny_gpt2_dir))
     ids = torch.randint(0, 100, (1, 8))

@@ -51,25 +51,17 @@ def smooth_targets(view) -> dict[tuple[int, str], list]:
 @torch.no_grad()
 def activation_maxima(view, windows: torch.Tensor, targets, device) -> dict[tuple[int, str], torch.Tensor]:
     """max|X_j| over every calibration token of each target norm's output (float32)."""
-    maxima: dict[tuple[int, str], torch.Tensor] = {}
+    from toolkit.nn.hooks import capture
 
-    def hook(key):
-        def record(module, args, output):
-            out = output[0] if isinstance(output, tuple) else output
-            seen = out.detach().abs().reshape(-1, out.shape[-1]).amax(0).float()
-            maxima[key] = seen if key not in maxima else torch.maximum(maxima[key], seen)
+    def running_max(seen, out):
+        now = out.abs().reshape(-1, out.shape[-1]).amax(0).float()
+        return now if seen is None else torch.maximum(seen, now)
 
-        return record
-
-    handles = [view.blocks[index].get_submodule(path).register_forward_hook(hook((index, path)))
-               for index, path in targets]
-    try:
+    paths = {(index, path): f"{view.block_path(index)}.{path}" for index, path in targets}
+    with capture(view.model, list(paths.values()), reduce=running_max) as maxima:
         for window in windows:
             view.model(window.unsqueeze(0).to(device))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return maxima
+    return {key: maxima[full] for key, full in paths.items()}
 
 
 def fold_scales(block, norm_path: str, offset: float, slots: list, s: torch.Tensor) -> None:

@@ -33,18 +33,24 @@ def _first_tensor(value):
 
 @contextlib.contextmanager
 def capture(model: nn.Module, paths: list[str], what: str = "output", detach: bool = True,
-            to_cpu: bool = False) -> Iterator[dict[str, list]]:
-    """Record each module's input (first positional arg) or output tensor on every forward, keyed by path."""
+            to_cpu: bool = False, reduce: Callable | None = None) -> Iterator[dict[str, list]]:
+    """Record each module's input (first positional arg) or output tensor on every forward, keyed by path: a list
+    of them, or with `reduce` one running value, records[path] = reduce(previous or None, tensor) (statistics over
+    many forwards without holding their activations)."""
     if what not in ("input", "output"):
         raise ValueError(what)
-    records: dict[str, list] = defaultdict(list)
+    records: dict = {} if reduce is not None else defaultdict(list)
     handles = []
 
     def make(path: str):
         def hook(module, args, output):
             value = _first_tensor(args if what == "input" else output)
             value = value.detach() if detach else value
-            records[path].append(value.cpu() if to_cpu else value)
+            value = value.cpu() if to_cpu else value
+            if reduce is not None:
+                records[path] = reduce(records.get(path), value)
+            else:
+                records[path].append(value)
         return hook
 
     try:
