@@ -58,7 +58,7 @@ def export_outputs(view, tokenizer, config, ctx, scales, rotation, vocab_grids, 
 def finish_onloaded_export(config, source, out_dir, dtype) -> None:
     """onload=true: the blocks are already in out_dir; add the model's other files (config with the technique
     metadata, tokenizer, ...) and the model card."""
-    from toolkit.export.card import stages_text
+    from toolkit.export.card import recipe_lines
     from toolkit.models.save import CARD
     from toolkit.models.shards import copy_model_files
 
@@ -73,4 +73,4 @@ def finish_onloaded_export(config, source, out_dir, dtype) -> None:
         source=config.model, paper="https://arxiv.org/abs/2509.11177", command="-",
         notes="Dense fake-quant export written block by block (onload=true): weights hold the quantized (and "
               "pruned) values in float; unrotated."
-              + (f"\n\n- Recipe stages: {stages_text(metadata['stages'])}" if metadata.get("stages") else "")))
+              + "".join(f"\n\n{line}" for line in recipe_lines(metadata))))

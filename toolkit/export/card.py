@@ -44,11 +44,14 @@ def _rotation(metadata: dict) -> str:
     return text + " — " + ", ".join(f"{name}: {kind}" for name, kind in kinds.items())
 
 
-def stages_text(stages: list[dict]) -> str:
-    """A recipe's recorded stages ([{name: {knob: value}}]) in order, e.g. `smooth (alpha=0.5) → gptq (w_bits=4,
-    group_size=None, ...)`."""
-    return " → ".join(f"{name} ({', '.join(f'{k}={v}' for k, v in knobs.items())})" if knobs else name
-                      for stage in stages for name, knobs in stage.items())
+def recipe_lines(metadata: dict) -> list[str]:
+    """The card line of a recipe run: its recorded stages ([{name: {knob: value}}]) in order, e.g. `- Recipe stages:
+    smooth (alpha=0.5) → gptq (w_bits=4, ...)`; none for a method's run."""
+    if not metadata.get("stages"):
+        return []
+    return ["- Recipe stages: " + " → ".join(f"{name} ({', '.join(f'{k}={v}' for k, v in knobs.items())})"
+                                            if knobs else name
+                                            for stage in metadata["stages"] for name, knobs in stage.items())]
 
 
 def card_text(kind: str, q, summary: dict, info: dict, path: Path) -> str:
@@ -68,7 +71,7 @@ def card_text(kind: str, q, summary: dict, info: dict, path: Path) -> str:
         f"KV cache {meta.get('kv_bits', 16)}; embeddings/LM head {meta.get('embed_bits', 16)}",
         f"- Sparsity: {sparsity} (pruned weights are stored as the zero code)",
         f"- Rotation: {rotation}",
-        *([f"- Recipe stages: {stages_text(meta['stages'])}"] if meta.get("stages") else []),
+        *recipe_lines(meta),
         f"- Calibration data: {prov.get('calibration', '?')}",
         f"- Command: `{info.get('command') or command_line()}`",
     ]
@@ -134,7 +137,7 @@ def dense_card_notes(config, metadata: dict) -> str:
         "(activation/KV quantization is not applied by this float checkpoint)",
         f"- Sparsity: {sparsity}",
         f"- Rotation: {_rotation(metadata)} (folded into the weights here)",
-        *([f"- Recipe stages: {stages_text(metadata['stages'])}"] if metadata.get("stages") else []),
+        *recipe_lines(metadata),
         f"- Calibration data: {calibration}",
         "",
         "How to serve: `AutoModelForCausalLM.from_pretrained(DIR)` (transformers), `vllm serve DIR` (vLLM runs it "
